@@ -1,0 +1,50 @@
+# dpjob developer entry points. `make dev` and `make test` install what they need on first use.
+SHELL := /bin/bash
+.SHELLFLAGS := -eu -o pipefail -c
+.DEFAULT_GOAL := help
+
+BIN_DIR = $$(bash devcluster/build.sh | tail -1)
+VENV    = $$(bash devcluster/venv.sh | tail -1)
+KUBECONFIG_PATH := $(CURDIR)/.devcluster/kubeconfig
+PYTEST_ARGS ?=
+
+help: ## list targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
+
+venv: ## create or reuse the cached virtual environment
+	@bash devcluster/venv.sh >/dev/null
+
+binaries: ## build or reuse etcd, kube-*, kubectl, kwok and helm from Go modules
+	@bash devcluster/build.sh >/dev/null
+
+cluster-up: ## start the local control plane (idempotent)
+	@bin=$(BIN_DIR); venv=$(VENV); python3 devcluster/cluster.py up --bin-dir "$$bin" --python "$$venv/bin/python"
+
+cluster-down: ## stop the local control plane and remove its state
+	@python3 devcluster/cluster.py down
+
+cluster-status: ## show which control-plane processes run
+	@python3 devcluster/cluster.py status
+
+crds: cluster-up ## install the CRDs into the local cluster
+	@.devcluster/bin/kubectl --kubeconfig $(KUBECONFIG_PATH) apply --server-side -f crds/
+
+run: crds ## run the operator against the local cluster (foreground)
+	@venv=$(VENV); KUBECONFIG=$(KUBECONFIG_PATH) "$$venv/bin/python" -m dpjob_operator
+
+test-unit: ## unit tests only (no cluster)
+	@venv=$(VENV); bash devcluster/pytest.sh "$$venv/bin/python" -m unit $(PYTEST_ARGS)
+
+test: cluster-up ## every test: unit, integration (real control plane) and end-to-end
+	@venv=$(VENV); KUBECONFIG=$(KUBECONFIG_PATH) bash devcluster/pytest.sh "$$venv/bin/python" $(PYTEST_ARGS)
+
+dev: ## the main job: cluster, operator and a real DDP job (see README)
+	@venv=$(VENV); bin=$(BIN_DIR); "$$venv/bin/python" devcluster/dev.py --bin-dir "$$bin"
+
+bench: cluster-up ## benchmarks (ratios side by side; results in bench/results/)
+	@venv=$(VENV); for b in bench/bench_*.py; do KUBECONFIG=$(KUBECONFIG_PATH) "$$venv/bin/python" $$b; done
+
+clean: cluster-down ## remove local state (caches under ~/.cache/dpjob are kept)
+	@rm -rf .devcluster .pytest_cache
+
+.PHONY: help venv binaries cluster-up cluster-down cluster-status crds run test-unit test dev bench clean

@@ -1,0 +1,159 @@
+"""Operator scale benchmark on the local control plane (kwok nodes).
+
+Measures, side by side in one run:
+  1. apply -> all rank pods created and -> all ranks Running, for 64 and 512 ranks, with the
+     default parallel creation (concurrency 32) against sequential creation (concurrency 1, the
+     way Kubeflow v1 creates pods), reporting the ratio;
+  2. last rank Running -> rank table ConfigMap completed, for 8 and 128 NPU pods (issue 4).
+
+Run: `make bench` or `KUBECONFIG=.devcluster/kubeconfig python bench/bench_operator.py [--sizes 64,512]`.
+Writes bench/results/operator.json. Numbers depend on the machine: compare ratios, not seconds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from kubernetes import client, config  # noqa: E402
+
+from tests.conftest import DEVCLUSTER, KUBECONFIG, OperatorProcess, kubectl  # noqa: E402
+
+BENCH_LABEL = "dpjob.io/bench-node"
+
+
+def ensure_nodes(core: client.CoreV1Api, pool: str, count: int, extra: dict[str, str]) -> None:
+    """Extra kwok nodes so a 512-rank job fits (the default pools hold about 220 CPU pods)."""
+    labels = {"type": "kwok", BENCH_LABEL: "true", "dpjob.io/pool": pool}
+    if pool == "npu":
+        labels.update({"accelerator": "huawei-Ascend910", "accelerator-type": "module-910b-8"})
+    taints = [{"key": "huawei.com/Ascend910", "effect": "NoSchedule"}] if pool == "npu" else []
+    capacity = {"cpu": "512", "memory": "4Ti", "pods": "1000", **extra}
+    nodes = [{"apiVersion": "v1", "kind": "Node",
+              "metadata": {"name": f"bench-{pool}-{i}", "annotations": {"kwok.x-k8s.io/node": "fake"},
+                           "labels": {**labels, "kubernetes.io/hostname": f"bench-{pool}-{i}"}},
+              "spec": {"taints": taints}, "status": {"capacity": capacity, "allocatable": capacity}}
+             for i in range(count)]
+    kubectl("apply", "-f", "-", stdin=json.dumps({"apiVersion": "v1", "kind": "List", "items": nodes}))
+
+
+def job(name: str, replicas: int, accelerator: str = "cpu", devices: int | None = None) -> dict:
+    spec: dict = {"replicas": replicas, "accelerator": accelerator,
+                  "template": {"spec": {"containers": [{"name": "trainer", "image": "bench",
+                                                        "command": ["sleep", "inf"]}]}}}
+    if devices is not None:
+        spec["devicesPerReplica"] = devices
+        spec["template"]["spec"]["nodeSelector"] = {BENCH_LABEL: "true"}
+    elif accelerator == "cpu":
+        spec["template"]["spec"]["nodeSelector"] = {BENCH_LABEL: "true"}
+    return {"apiVersion": "dpjob.io/v1alpha1", "kind": "DataParallelJob", "metadata": {"name": name}, "spec": spec}
+
+
+def count_pods(core, ns: str, name: str) -> tuple[int, int]:
+    pods = core.list_namespaced_pod(ns, label_selector=f"dpjob.io/job-name={name}").items
+    return len(pods), sum(1 for p in pods if p.status.phase == "Running")
+
+
+def time_job(custom, core, ns: str, name: str, replicas: int, timeout: float = 600) -> dict:
+    t0 = time.perf_counter()
+    custom.create_namespaced_custom_object("dpjob.io", "v1alpha1", ns, "dataparalleljobs", job(name, replicas))
+    created = running = None
+    while time.perf_counter() - t0 < timeout:
+        n, r = count_pods(core, ns, name)
+        now = time.perf_counter() - t0
+        if created is None and n >= replicas:
+            created = now
+        if r >= replicas:
+            running = now
+            break
+        time.sleep(0.1)
+    st = custom.get_namespaced_custom_object("dpjob.io", "v1alpha1", ns, "dataparalleljobs", name).get("status", {})
+    return {"replicas": replicas, "created_s": created, "running_s": running, "phase": st.get("phase")}
+
+
+def time_rank_table(custom, core, ns: str, name: str, replicas: int, timeout: float = 300) -> dict:
+    custom.create_namespaced_custom_object("dpjob.io", "v1alpha1", ns, "dataparalleljobs",
+                                           job(name, replicas, "npu", devices=1))
+    t0 = time.perf_counter()
+    all_running = None
+    while time.perf_counter() - t0 < timeout:
+        if all_running is None and count_pods(core, ns, name)[1] >= replicas:
+            all_running = time.perf_counter()
+        try:
+            data = core.read_namespaced_config_map(f"{name}-ranktable", ns).data or {}
+        except client.ApiException:
+            data = {}
+        if json.loads(data.get("hccl.json", "{}")).get("status") == "completed":
+            done = time.perf_counter()
+            return {"pods": replicas, "table_after_last_running_s": round(done - (all_running or done), 3),
+                    "apply_to_table_s": round(done - t0, 3)}
+        time.sleep(0.05)
+    return {"pods": replicas, "table_after_last_running_s": None}
+
+
+def with_operator(env: dict[str, str], fn):
+    op = OperatorProcess(KUBECONFIG, DEVCLUSTER / "logs" / "operator-bench.log", env)
+    op.start()
+    try:
+        return fn()
+    finally:
+        op.stop()
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--sizes", default="64,512")
+    parser.add_argument("--table-sizes", default="8,128")
+    args = parser.parse_args()
+    config.load_kube_config(str(KUBECONFIG))
+    core, custom = client.CoreV1Api(), client.CustomObjectsApi()
+    kubectl("apply", "--server-side", "--force-conflicts", "-f", str(REPO / "crds"))
+    ensure_nodes(core, "cpu", 2, {})
+    ensure_nodes(core, "npu", 16, {"huawei.com/Ascend910": "8"})
+    sizes = [int(s) for s in args.sizes.split(",")]
+    results: dict = {"scale": [], "ranktable": []}
+    for label, env in (("parallel(32)", {"DPJOB_CREATE_CONCURRENCY": "32"}),
+                       ("sequential(1)", {"DPJOB_CREATE_CONCURRENCY": "1"})):
+        ns = f"bench-{int(time.time())}"
+        core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=ns)))
+        try:
+            rows = with_operator(env, lambda: [time_job(custom, core, ns, f"scale{n}", n) for n in sizes])
+        finally:
+            core.delete_namespace(ns)
+        for row in rows:
+            row["mode"] = label
+            results["scale"].append(row)
+    ns = f"bench-rt-{int(time.time())}"
+    core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=ns)))
+    try:
+        results["ranktable"] = with_operator({}, lambda: [
+            time_rank_table(custom, core, ns, f"table{n}", n) for n in (int(s) for s in args.table_sizes.split(","))])
+    finally:
+        core.delete_namespace(ns)
+
+    print(f"{'mode':15s} {'ranks':>6s} {'all created (s)':>16s} {'all Running (s)':>16s}")
+    for row in results["scale"]:
+        print(f"{row['mode']:15s} {row['replicas']:6d} {row['created_s'] or float('nan'):16.2f} "
+              f"{row['running_s'] or float('nan'):16.2f}")
+    for n in sizes:
+        par = next(r for r in results["scale"] if r["replicas"] == n and r["mode"].startswith("parallel"))
+        seq = next(r for r in results["scale"] if r["replicas"] == n and r["mode"].startswith("sequential"))
+        if par["created_s"] and seq["created_s"]:
+            print(f"ratio sequential/parallel, {n} ranks, time to all created: {seq['created_s'] / par['created_s']:.2f}x")
+    print(f"\n{'NPU pods':>8s} {'last Running -> table completed (s)':>36s} {'apply -> table (s)':>20s}")
+    for row in results["ranktable"]:
+        print(f"{row['pods']:8d} {row['table_after_last_running_s']!s:>36s} {row.get('apply_to_table_s')!s:>20s}")
+    out = REPO / "bench" / "results"
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "operator.json").write_text(json.dumps(results, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,21 @@
+"""Names shared by the CRD, the builders and the tests: labels, annotations, the API group."""
+
+GROUP = "dpjob.io"
+VERSION = "v1alpha1"
+PLURAL = "dataparalleljobs"
+KIND = "DataParallelJob"
+API_VERSION = f"{GROUP}/{VERSION}"
+
+LABEL_JOB = "dpjob.io/job-name"
+LABEL_RANK = "dpjob.io/rank"
+LABEL_RESTART = "dpjob.io/restart"
+LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
+MANAGED_BY = "dpjob-operator"
+ANNOTATION_REPLICAS = "dpjob.io/replicas"  # replicas the gang was created for (resize detection)
+ANNOTATION_WORLD_SIZE = "dpjob.io/world-size"
+
+TRAINER_CONTAINER = "trainer"
+ASCEND_ANNOTATION = "ascend.kubectl.kubernetes.io/ascend-910-configuration"
+RANKTABLE_KEY_GENERIC = "ranktable.json"
+RANKTABLE_KEY_HCCL = "hccl.json"
+MINDX_MOUNT_PATH = "/user/serverid/devindex/config"

@@ -1,0 +1,129 @@
+"""Pure constructors of the rank pods and the headless Service (mpi-operator's newWorker style).
+
+Deterministic output: the same job, index and generation always give the same dict, so a
+reconcile test can compare exact objects and the operator can recreate a gang identically.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from dpjob_operator.api import constants as c
+from dpjob_operator.api.spec import Job
+from dpjob_operator.build.env import build_rank_env, merge_env
+from dpjob_operator.build.names import mindx_configmap_name, rank_pod_name, ranktable_configmap_name, service_name
+from dpjob_operator.config import PoolConfig
+
+RANKTABLE_VOLUME = "dpjob-ranktable"
+MINDX_VOLUME = "dpjob-mindx-ranktable"
+METRICS_PORT = 9090
+
+
+def job_labels(job: Job) -> dict[str, str]:
+    return {c.LABEL_JOB: job.name, c.LABEL_MANAGED_BY: c.MANAGED_BY}
+
+
+def pod_selector(job: Job) -> str:
+    """Label selector of a job's rank pods (status.selector for the scale subresource)."""
+    return f"{c.LABEL_JOB}={job.name},{c.LABEL_MANAGED_BY}={c.MANAGED_BY}"
+
+
+def build_headless_service(job: Job) -> dict[str, Any]:
+    """One headless Service for the whole gang; DNS records exist before the pods are Ready."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": service_name(job.name), "namespace": job.namespace, "labels": job_labels(job),
+                     "ownerReferences": [job.owner_reference]},
+        "spec": {
+            "clusterIP": "None",
+            "publishNotReadyAddresses": True,
+            "selector": {c.LABEL_JOB: job.name, c.LABEL_MANAGED_BY: c.MANAGED_BY},
+            "ports": [{"name": "rendezvous", "port": job.spec.rendezvous.port,
+                       "targetPort": job.spec.rendezvous.port, "protocol": "TCP"}],
+        },
+    }
+
+
+def _merge_tolerations(user: list[dict], pool: tuple) -> list[dict]:
+    out = list(user)
+    for tol in pool:
+        if dict(tol) not in out:
+            out.append(dict(tol))
+    return out
+
+
+def _set_device_request(container: dict, resource: str, count: int) -> None:
+    """Extended resources need requests == limits; a user's explicit value is kept."""
+    res = container.setdefault("resources", {})
+    limits = res.setdefault("limits", {})
+    requests = res.setdefault("requests", {})
+    limits.setdefault(resource, str(count))
+    requests[resource] = limits[resource]
+
+
+def build_rank_pod(job: Job, index: int, restart: int, pool: PoolConfig,
+                   cluster_domain: str = "cluster.local") -> dict[str, Any]:
+    """Rank pod ``index`` of gang generation ``restart``."""
+    spec = job.spec
+    template = copy.deepcopy(dict(spec.template))
+    tmeta = template.get("metadata") or {}
+    pod_spec: dict[str, Any] = template.get("spec") or {}
+    name = rank_pod_name(job.name, index)
+    labels = {**(tmeta.get("labels") or {}), **job_labels(job), c.LABEL_RANK: str(index),
+              c.LABEL_RESTART: str(restart)}
+    annotations = {**(tmeta.get("annotations") or {}), c.ANNOTATION_REPLICAS: str(spec.replicas),
+                   c.ANNOTATION_WORLD_SIZE: str(spec.world_size)}
+
+    pod_spec["restartPolicy"] = "Never"
+    pod_spec["hostname"] = name
+    pod_spec["subdomain"] = service_name(job.name)
+    pod_spec.setdefault("enableServiceLinks", False)  # thousands of service env vars help nobody
+    pod_spec["nodeSelector"] = {**dict(pool.node_selector), **(pod_spec.get("nodeSelector") or {})}
+    if not pod_spec["nodeSelector"]:
+        del pod_spec["nodeSelector"]
+    tolerations = _merge_tolerations(pod_spec.get("tolerations") or [], pool.tolerations)
+    if tolerations:
+        pod_spec["tolerations"] = tolerations
+
+    env = build_rank_env(job, index, restart, pool, cluster_domain)
+    volumes = list(pod_spec.get("volumes") or [])
+    mounts: list[dict[str, Any]] = []
+    rt = spec.rank_table
+    if rt.format != "none":
+        volumes.append({"name": RANKTABLE_VOLUME, "configMap": {"name": ranktable_configmap_name(job.name)}})
+        mounts.append({"name": RANKTABLE_VOLUME, "mountPath": rt.mount_path, "readOnly": True})
+        if rt.mindx_compatible and spec.accelerator == "npu":
+            volumes.append({"name": MINDX_VOLUME, "configMap": {"name": mindx_configmap_name(job.name)}})
+            mounts.append({"name": MINDX_VOLUME, "mountPath": c.MINDX_MOUNT_PATH, "readOnly": True})
+    if volumes:
+        pod_spec["volumes"] = volumes
+
+    for container in pod_spec.get("containers", []):
+        is_trainer = container.get("name") == c.TRAINER_CONTAINER
+        if not (is_trainer or spec.inject_env_into == "all"):
+            continue
+        container["env"] = merge_env(container.get("env"), env)
+        existing = {m.get("mountPath") for m in container.get("volumeMounts") or []}
+        extra = [m for m in mounts if m["mountPath"] not in existing]
+        if extra:
+            container["volumeMounts"] = list(container.get("volumeMounts") or []) + extra
+        if is_trainer:
+            if pool.device_resource and spec.devices_per_replica > 0:
+                _set_device_request(container, pool.device_resource, spec.devices_per_replica)
+            ports = list(container.get("ports") or [])
+            if not any(p.get("containerPort") == spec.rendezvous.port for p in ports):
+                ports.append({"name": "rendezvous", "containerPort": spec.rendezvous.port, "protocol": "TCP"})
+            if not any(p.get("name") == "metrics" or p.get("containerPort") == METRICS_PORT for p in ports):
+                # The trainer's Prometheus endpoint; the chart's PodMonitor selects this port name.
+                ports.append({"name": "metrics", "containerPort": METRICS_PORT, "protocol": "TCP"})
+            container["ports"] = ports
+
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": job.namespace, "labels": labels, "annotations": annotations,
+                     "ownerReferences": [job.owner_reference]},
+        "spec": pod_spec,
+    }

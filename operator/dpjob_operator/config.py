@@ -1,0 +1,113 @@
+"""Operator configuration: node pools as data, API rate limits, concurrency, watched namespaces.
+
+Loaded from a YAML/JSON file named by ``DPJOB_CONFIG`` (the Helm chart renders one from
+values.yaml) with ``DPJOB_*`` environment overrides for the scalar knobs. Pools are data, not
+code, so a cluster admin can rename resources, labels and taints without a release.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, Mapping
+
+
+@dataclass(frozen=True)
+class PoolConfig:
+    """How rank pods of one accelerator kind are placed and what device they request."""
+
+    device_resource: str | None
+    node_selector: Mapping[str, str] = field(default_factory=dict)
+    tolerations: tuple[Mapping[str, Any], ...] = ()
+    default_backend: str = "gloo"
+    # Extra env for every rank on this pool (e.g. NCCL_SOCKET_IFNAME); user env still wins.
+    env: Mapping[str, str] = field(default_factory=dict)
+
+
+DEFAULT_POOLS: dict[str, PoolConfig] = {
+    "gpu": PoolConfig(
+        device_resource="nvidia.com/gpu",
+        node_selector={"nvidia.com/gpu.present": "true"},
+        tolerations=({"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"},),
+        default_backend="nccl",
+        env={"TORCH_NCCL_ASYNC_ERROR_HANDLING": "1"},
+    ),
+    "npu": PoolConfig(
+        device_resource="huawei.com/Ascend910",
+        node_selector={"accelerator": "huawei-Ascend910"},
+        tolerations=({"key": "huawei.com/Ascend910", "operator": "Exists", "effect": "NoSchedule"},),
+        default_backend="hccl",
+        env={"HCCL_CONNECT_TIMEOUT": "600"},
+    ),
+    "cpu": PoolConfig(device_resource=None, default_backend="gloo"),
+}
+
+
+@dataclass(frozen=True)
+class OperatorConfig:
+    pools: Mapping[str, PoolConfig] = field(default_factory=lambda: dict(DEFAULT_POOLS))
+    api_qps: float = 100.0            # client-side token bucket (the Python client has none)
+    api_burst: int = 200
+    create_concurrency: int = 32      # pod creations in flight per job
+    workers: int = 8                  # jobs reconciled concurrently
+    resync_seconds: float = 30.0      # level-triggered safety net
+    namespaces: tuple[str, ...] = ()  # empty = all namespaces
+    metrics_port: int = 8080
+    health_port: int = 8081
+    cluster_domain: str = "cluster.local"
+    log_level: str = "INFO"
+
+
+def _pool_from_dict(raw: Mapping[str, Any]) -> PoolConfig:
+    return PoolConfig(
+        device_resource=raw.get("deviceResource"),
+        node_selector=dict(raw.get("nodeSelector") or {}),
+        tolerations=tuple(raw.get("tolerations") or ()),
+        default_backend=raw.get("defaultBackend", "gloo"),
+        env=dict(raw.get("env") or {}),
+    )
+
+
+def load_config(path: str | None = None, environ: Mapping[str, str] | None = None) -> OperatorConfig:
+    """Read the config file (if any), then apply ``DPJOB_*`` environment overrides."""
+    env = os.environ if environ is None else environ
+    cfg = OperatorConfig()
+    path = path or env.get("DPJOB_CONFIG")
+    if path:
+        text = Path(path).read_text()
+        try:
+            raw = json.loads(text)
+        except json.JSONDecodeError:
+            import yaml
+
+            raw = yaml.safe_load(text) or {}
+        pools = dict(cfg.pools)
+        for name, pool in (raw.get("pools") or {}).items():
+            pools[name] = _pool_from_dict(pool)
+        cfg = replace(
+            cfg,
+            pools=pools,
+            api_qps=float(raw.get("apiQPS", cfg.api_qps)),
+            api_burst=int(raw.get("apiBurst", cfg.api_burst)),
+            create_concurrency=int(raw.get("createConcurrency", cfg.create_concurrency)),
+            workers=int(raw.get("workers", cfg.workers)),
+            resync_seconds=float(raw.get("resyncSeconds", cfg.resync_seconds)),
+            namespaces=tuple(raw.get("namespaces") or ()),
+            metrics_port=int(raw.get("metricsPort", cfg.metrics_port)),
+            health_port=int(raw.get("healthPort", cfg.health_port)),
+            cluster_domain=raw.get("clusterDomain", cfg.cluster_domain),
+            log_level=raw.get("logLevel", cfg.log_level),
+        )
+    overrides: dict[str, Any] = {}
+    for key, attr, conv in (("DPJOB_API_QPS", "api_qps", float), ("DPJOB_API_BURST", "api_burst", int),
+                            ("DPJOB_CREATE_CONCURRENCY", "create_concurrency", int),
+                            ("DPJOB_WORKERS", "workers", int), ("DPJOB_RESYNC_SECONDS", "resync_seconds", float),
+                            ("DPJOB_METRICS_PORT", "metrics_port", int), ("DPJOB_HEALTH_PORT", "health_port", int),
+                            ("DPJOB_LOG_LEVEL", "log_level", str)):
+        if env.get(key):
+            overrides[attr] = conv(env[key])
+    if env.get("DPJOB_NAMESPACES"):
+        overrides["namespaces"] = tuple(n.strip() for n in env["DPJOB_NAMESPACES"].split(",") if n.strip())
+    return replace(cfg, **overrides)

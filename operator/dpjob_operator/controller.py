@@ -1,0 +1,311 @@
+"""The controller: a work queue of jobs, a pool of workers, and the executor of plans.
+
+kopf feeds job events in (``job_event``) and the pod cache feeds pod changes in
+(``pod_changed``); both only enqueue the job's key. A worker takes a key, plans (pure, in
+``reconcile.planner``) and executes: status first (one patch per pass, and only on change),
+then the actions, then the events, so an Event never announces something the status does not
+say. The queue is deduplicating and never hands one job to two workers at once, like
+client-go's workqueue.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from concurrent.futures import ThreadPoolExecutor
+from datetime import datetime, timezone
+from typing import Any
+
+from kubernetes.client.rest import ApiException
+
+from dpjob_operator import metrics
+from dpjob_operator.api.spec import Job, SpecError, parse_job
+from dpjob_operator.build.configmaps import build_job_rank_tables, build_ranktable_configmaps
+from dpjob_operator.build.pods import build_headless_service, build_rank_pod
+from dpjob_operator.build.ranktable import RankTableError
+from dpjob_operator.config import OperatorConfig
+from dpjob_operator.k8s.client import KubeClient
+from dpjob_operator.k8s.podcache import PodCache
+from dpjob_operator.reconcile.conditions import set_condition
+from dpjob_operator.reconcile.planner import (ApplyRankTable, CreatePods, DeleteJob, DeletePods, EnsureService,
+                                              Plan, RankTableOutcome, iso, next_wakeup, plan_job)
+
+log = logging.getLogger("dpjob.controller")
+JobKey = tuple[str, str]
+
+
+def _rv(body: dict[str, Any]) -> int:
+    try:
+        return int((body.get("metadata") or {}).get("resourceVersion") or 0)
+    except ValueError:
+        return 0
+
+
+class Controller:
+    def __init__(self, cfg: OperatorConfig, kube: KubeClient, loop: asyncio.AbstractEventLoop) -> None:
+        self.cfg = cfg
+        self.kube = kube
+        self.loop = loop
+        self.pool = ThreadPoolExecutor(max_workers=cfg.create_concurrency + cfg.workers + 4,
+                                       thread_name_prefix="kube")
+        self.pods = PodCache(kube, self.pod_changed, cfg.namespaces)
+        self.jobs: dict[JobKey, dict[str, Any]] = {}
+        self._queue: asyncio.Queue[JobKey] = asyncio.Queue()
+        self._queued: set[JobKey] = set()
+        self._active: set[JobKey] = set()
+        self._dirty: set[JobKey] = set()
+        self._failures: dict[JobKey, int] = {}
+        self._services: set[str] = set()                 # job uids whose Service exists
+        self._tables: dict[tuple[str, str], dict[str, str]] = {}  # (uid, configmap) -> data written
+        self._gang_start: dict[tuple[str, int], float] = {}        # (uid, restart) -> monotonic start
+        self._gang_created: set[tuple[str, int]] = set()
+        self._gang_running: set[tuple[str, int]] = set()
+        self._spec_errors: dict[JobKey, str] = {}
+        self._create_errors: dict[JobKey, str] = {}
+        self._workers: list[asyncio.Task] = []
+        metrics.REGISTRY.register(metrics.JobsByPhase(
+            lambda: [(b.get("status") or {}).get("phase") for b in list(self.jobs.values())]))
+
+    # ---- inputs ---------------------------------------------------------------------------
+
+    def job_event(self, event_type: str | None, body: dict[str, Any]) -> None:
+        meta = body.get("metadata") or {}
+        key = (meta.get("namespace", ""), meta.get("name", ""))
+        if event_type == "DELETED":
+            self.jobs.pop(key, None)
+            self._forget(meta.get("uid", ""))
+            return
+        known = self.jobs.get(key)
+        if known is not None and (known.get("metadata") or {}).get("uid") == meta.get("uid") \
+                and _rv(known) > _rv(body):
+            return  # older than what we already hold (our own status patch answered first)
+        self.jobs[key] = body
+        self.enqueue(key)
+
+    def pod_changed(self, namespace: str, job_name: str) -> None:
+        """Called from the pod-watch thread."""
+        self.loop.call_soon_threadsafe(self.enqueue, (namespace, job_name))
+
+    def enqueue(self, key: JobKey, delay: float = 0.0) -> None:
+        if delay > 0:
+            self.loop.call_later(delay, self.enqueue, key)
+            return
+        if key in self._active:
+            self._dirty.add(key)
+            return
+        if key not in self._queued:
+            self._queued.add(key)
+            self._queue.put_nowait(key)
+            metrics.WORKQUEUE_ADDS.labels(metrics.CONTROLLER).inc()
+            metrics.WORKQUEUE_DEPTH.labels(metrics.CONTROLLER).set(self._queue.qsize())
+
+    def _forget(self, uid: str) -> None:
+        self._services.discard(uid)
+        for k in [k for k in self._tables if k[0] == uid]:
+            del self._tables[k]
+        for store in (self._gang_start,):
+            for k in [k for k in store if k[0] == uid]:
+                del store[k]
+
+    # ---- lifecycle ------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        self.pods.start()
+        synced = await asyncio.to_thread(self.pods.wait_synced, 120)
+        if not synced:
+            raise RuntimeError("the rank-pod cache did not sync within 120s; is the API server reachable?")
+        self._workers = [asyncio.create_task(self._worker(i)) for i in range(self.cfg.workers)]
+        log.info("controller started: %d workers, api qps=%s burst=%s, create concurrency=%d",
+                 self.cfg.workers, self.cfg.api_qps, self.cfg.api_burst, self.cfg.create_concurrency)
+
+    async def stop(self) -> None:
+        self.pods.stop()
+        for task in self._workers:
+            task.cancel()
+        self.pool.shutdown(wait=False, cancel_futures=True)
+
+    async def _worker(self, index: int) -> None:
+        while True:
+            key = await self._queue.get()
+            self._queued.discard(key)
+            self._active.add(key)
+            metrics.WORKQUEUE_DEPTH.labels(metrics.CONTROLLER).set(self._queue.qsize())
+            started = time.perf_counter()
+            requeue: float | None = None
+            try:
+                requeue = await self.reconcile(key)
+                self._failures.pop(key, None)
+                metrics.RECONCILE_TOTAL.labels(metrics.CONTROLLER, "success").inc()
+            except Exception as e:  # noqa: BLE001 - one bad job must not stop the others
+                failures = self._failures.get(key, 0) + 1
+                self._failures[key] = failures
+                requeue = min(0.5 * 2 ** failures, 60.0)
+                metrics.RECONCILE_ERRORS.labels(metrics.CONTROLLER).inc()
+                metrics.RECONCILE_TOTAL.labels(metrics.CONTROLLER, "error").inc()
+                log.warning("reconcile of %s/%s failed (%s); retrying in %.1fs", *key, e, requeue,
+                            exc_info=not isinstance(e, ApiException))
+            finally:
+                metrics.RECONCILE_TIME.labels(metrics.CONTROLLER).observe(time.perf_counter() - started)
+                self._active.discard(key)
+                if key in self._dirty:
+                    self._dirty.discard(key)
+                    self.enqueue(key)
+                elif requeue is not None and key in self.jobs:
+                    self.enqueue(key, requeue)
+
+    # ---- one pass ---------------------------------------------------------------------------
+
+    async def reconcile(self, key: JobKey) -> float | None:
+        body = self.jobs.get(key)
+        if body is None:
+            return None
+        try:
+            job = parse_job(body)
+        except SpecError as e:
+            await self._report_spec_error(key, body, str(e))
+            return None
+        if job.deleting:
+            return None
+        status = dict(body.get("status") or {})
+        pods = self.pods.pods_for(job.namespace, job.name)
+        now = datetime.now(timezone.utc)
+        gen = int(status.get("restarts", 0))
+        outcome = None
+        if job.spec.rank_table.format != "none":
+            try:
+                result = build_job_rank_tables(job, gen, pods)
+                outcome = RankTableOutcome(result.ready, result.reason, result.message, result.version, result.files)
+            except RankTableError as e:
+                outcome = RankTableOutcome(False, "InvalidRankTableRequest", str(e), "none", {})
+        plan = plan_job(job, status, pods, now, self.cfg.pools.get(job.spec.accelerator), outcome)
+        if plan.status != status:
+            await self._write_status(key, body, plan.status)
+        await self._execute(job, body, plan)
+        for event in plan.events:
+            await self._run(self.kube.post_event, body, event.type, event.reason, event.message)
+        self._observe(job, status, plan)
+        wake = next_wakeup(job, plan.status, now)
+        resync = self.cfg.resync_seconds
+        return resync if wake is None else min(resync, wake + 0.05)
+
+    async def _run(self, fn, *args):
+        return await self.loop.run_in_executor(self.pool, lambda: fn(*args))
+
+    async def _write_status(self, key: JobKey, body: dict[str, Any], status: dict[str, Any]) -> None:
+        meta = body["metadata"]
+        await self._run(self.kube.patch_job_status, meta["namespace"], meta["name"], status)
+        # Hold our own write so the next pass does not plan from an older status.
+        updated = dict(body)
+        updated["status"] = status
+        updated["metadata"] = dict(meta)
+        updated["metadata"]["resourceVersion"] = str(_rv(body) + 1)
+        if self.jobs.get(key) is body:
+            self.jobs[key] = updated
+
+    async def _execute(self, job: Job, body: dict[str, Any], plan: Plan) -> None:
+        gen = int(plan.status.get("restarts", 0))
+        for action in plan.actions:
+            if isinstance(action, EnsureService):
+                if job.uid not in self._services:
+                    await self._run(self.kube.create_if_absent, build_headless_service(job))
+                    self._services.add(job.uid)
+            elif isinstance(action, ApplyRankTable):
+                for cm in build_ranktable_configmaps(job, action.files, gen):
+                    memo = (job.uid, cm["metadata"]["name"])
+                    if memo not in self._tables:
+                        current = await self._run(self.kube.read_configmap_data, job.namespace, cm["metadata"]["name"])
+                        if current is not None:
+                            self._tables[memo] = current
+                    if self._tables.get(memo) != cm["data"]:
+                        await self._run(self.kube.apply_configmap, cm)
+                        self._tables[memo] = dict(cm["data"])
+            elif isinstance(action, CreatePods):
+                await self._create_pods(job, body, action)
+            elif isinstance(action, DeletePods):
+                await self._bounded([lambda n=name: self.kube.delete_pod(job.namespace, n) for name in action.names])
+                metrics.PODS_DELETED.labels(action.reason).inc(len(action.names))
+            elif isinstance(action, DeleteJob):
+                log.info("deleting %s/%s: %s", job.namespace, job.name, action.reason)
+                await self._run(self.kube.delete_job, job.namespace, job.name)
+
+    async def _bounded(self, calls) -> list:
+        """Run blocking API calls in parallel, at most ``create_concurrency`` in flight."""
+        sem = asyncio.Semaphore(self.cfg.create_concurrency)
+
+        async def one(call):
+            async with sem:
+                return await self.loop.run_in_executor(self.pool, call)
+
+        return await asyncio.gather(*(one(call) for call in calls), return_exceptions=True)
+
+    async def _create_pods(self, job: Job, body: dict[str, Any], action: CreatePods) -> None:
+        pool = self.cfg.pools[job.spec.accelerator]
+        pods = [build_rank_pod(job, i, action.restart, pool, self.cfg.cluster_domain) for i in action.indexes]
+        self._gang_start.setdefault((job.uid, action.restart), time.monotonic())
+        results = await self._bounded([lambda p=p: self.kube.create_pod(p) for p in pods])
+        created = sum(1 for r in results if r is True)
+        metrics.PODS_CREATED.inc(created)
+        errors = [r for r in results if isinstance(r, BaseException)]
+        key = (job.namespace, job.name)
+        if not errors:
+            self._create_errors.pop(key, None)
+            gang = (job.uid, action.restart)
+            if gang not in self._gang_created:
+                self._gang_created.add(gang)
+                metrics.TIME_TO_CREATED.observe(time.monotonic() - self._gang_start[gang])
+            return
+        first = errors[0]
+        detail = getattr(first, "body", None) or str(first)
+        if isinstance(first, ApiException) and first.status in (400, 403, 422):
+            # The cluster refused the pod (quota, admission, invalid template): tell the user.
+            msg = f"creating rank pods failed ({len(errors)} of {len(pods)}): {_api_message(detail)}"
+            if self._create_errors.get(key) != msg:
+                self._create_errors[key] = msg
+                status = dict(self.jobs.get(key, body).get("status") or {})
+                status["conditions"] = set_condition(status.get("conditions") or [], "Created", False,
+                                                     "FailedCreatePod", msg, iso(datetime.now(timezone.utc)),
+                                                     job.generation)
+                await self._write_status(key, self.jobs.get(key, body), status)
+                await self._run(self.kube.post_event, body, "Warning", "FailedCreatePod", msg)
+        raise RuntimeError(f"{len(errors)} rank pod creation(s) failed: {_api_message(detail)}")
+
+    async def _report_spec_error(self, key: JobKey, body: dict[str, Any], message: str) -> None:
+        if self._spec_errors.get(key) == message:
+            return
+        self._spec_errors[key] = message
+        status = dict(body.get("status") or {})
+        now = iso(datetime.now(timezone.utc))
+        generation = int((body.get("metadata") or {}).get("generation") or 0)
+        status["conditions"] = set_condition(status.get("conditions") or [], "Failed", True, "InvalidSpec",
+                                             message, now, generation)
+        status.update(phase="Failed", reason="InvalidSpec", message=message, completionTime=now)
+        await self._write_status(key, body, status)
+        await self._run(self.kube.post_event, body, "Warning", "InvalidSpec", message)
+
+    def _observe(self, job: Job, old: dict[str, Any], plan: Plan) -> None:
+        new_phase = plan.status.get("phase")
+        if new_phase != old.get("phase") and new_phase:
+            metrics.TRANSITIONS.labels(new_phase).inc()
+        restarts_old = old.get("restartsByReason") or {}
+        for reason, count in (plan.status.get("restartsByReason") or {}).items():
+            if count > restarts_old.get(reason, 0):
+                metrics.RESTARTS.labels(reason).inc(count - restarts_old.get(reason, 0))
+        gen = int(plan.status.get("restarts", 0))
+        gang = (job.uid, gen)
+        if new_phase == "Running" and gang not in self._gang_running and gang in self._gang_start:
+            self._gang_running.add(gang)
+            metrics.TIME_TO_RUNNING.observe(time.monotonic() - self._gang_start[gang])
+        if new_phase == "Restarting" and old.get("phase") != "Restarting":
+            self._gang_start.setdefault(gang, time.monotonic())
+
+
+def _api_message(detail: Any) -> str:
+    import json
+
+    if isinstance(detail, (bytes, str)):
+        try:
+            return json.loads(detail).get("message", str(detail))[:800]
+        except (ValueError, AttributeError):
+            return str(detail)[:800]
+    return str(detail)[:800]

@@ -1,0 +1,185 @@
+"""The only place that talks to the Kubernetes API server.
+
+Every call goes through one token bucket (client-side QPS/burst), is counted in
+``rest_client_requests_total``, and maps the status codes a reconciler expects (404 on delete,
+409 on create) to plain results instead of exceptions. The official client is synchronous;
+callers run these methods in a bounded thread pool.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import uuid
+from datetime import datetime, timezone
+from typing import Any, Iterator, Mapping
+
+from kubernetes import client, config
+from kubernetes.client.rest import ApiException
+
+from dpjob_operator import metrics
+from dpjob_operator.api import constants as c
+from dpjob_operator.k8s.ratelimit import TokenBucket
+
+log = logging.getLogger("dpjob.k8s")
+
+
+def load_api_client(pool_size: int) -> client.ApiClient:
+    """In-cluster config when running in a pod, else the current kubeconfig."""
+    cfg = client.Configuration()
+    try:
+        config.load_incluster_config(client_configuration=cfg)
+    except config.ConfigException:
+        config.load_kube_config(client_configuration=cfg)
+    cfg.connection_pool_maxsize = max(pool_size, 4)
+    return client.ApiClient(cfg)
+
+
+class KubeClient:
+    def __init__(self, api: client.ApiClient, qps: float, burst: int) -> None:
+        self.api = api
+        self.core = client.CoreV1Api(api)
+        self.custom = client.CustomObjectsApi(api)
+        self._bucket = TokenBucket(qps, burst)
+
+    def _call(self, verb: str, fn, *args, **kwargs):
+        waited = self._bucket.acquire()
+        metrics.RATE_LIMITER_WAIT.labels(verb).observe(waited)
+        try:
+            result = fn(*args, **kwargs)
+        except ApiException as e:
+            metrics.REST_REQUESTS.labels(str(e.status), verb).inc()
+            raise
+        except Exception:
+            metrics.REST_REQUESTS.labels("<error>", verb).inc()
+            raise
+        metrics.REST_REQUESTS.labels("200", verb).inc()
+        return result
+
+    # ---- pods ---------------------------------------------------------------------------
+
+    def create_pod(self, pod: Mapping[str, Any]) -> bool:
+        """Create a pod; False if it already exists (a previous pass or operator made it)."""
+        try:
+            self._call("POST", self.core.create_namespaced_pod, pod["metadata"]["namespace"], pod,
+                       _preload_content=False)
+            return True
+        except ApiException as e:
+            if e.status == 409:
+                return False
+            raise
+
+    def delete_pod(self, namespace: str, name: str, grace_seconds: int | None = None) -> bool:
+        try:
+            body = client.V1DeleteOptions(grace_period_seconds=grace_seconds, propagation_policy="Background")
+            self._call("DELETE", self.core.delete_namespaced_pod, name, namespace, body=body,
+                       _preload_content=False)
+            return True
+        except ApiException as e:
+            if e.status == 404:
+                return False
+            raise
+
+    def list_pods_raw(self, label_selector: str, namespace: str | None = None) -> tuple[list[dict], str]:
+        """List pods as raw dicts (no model deserialization), paginated; returns (items, resourceVersion)."""
+        items: list[dict] = []
+        token = None
+        while True:
+            kwargs: dict[str, Any] = {"label_selector": label_selector, "limit": 500, "_preload_content": False}
+            if token:
+                kwargs["_continue"] = token
+            if namespace:
+                resp = self._call("GET", self.core.list_namespaced_pod, namespace, **kwargs)
+            else:
+                resp = self._call("GET", self.core.list_pod_for_all_namespaces, **kwargs)
+            data = json.loads(resp.data)
+            items.extend(data.get("items") or [])
+            token = (data.get("metadata") or {}).get("continue")
+            if not token:
+                return items, data["metadata"]["resourceVersion"]
+
+    def watch_pods_raw(self, label_selector: str, resource_version: str, namespace: str | None = None,
+                       timeout_seconds: int = 300) -> Iterator[dict]:
+        """Yield raw watch events ({type, object}) until the server closes the stream."""
+        kwargs: dict[str, Any] = {"label_selector": label_selector, "watch": True,
+                                  "resource_version": resource_version, "allow_watch_bookmarks": True,
+                                  "timeout_seconds": timeout_seconds, "_preload_content": False,
+                                  "_request_timeout": (10, timeout_seconds + 30)}
+        if namespace:
+            resp = self._call("WATCH", self.core.list_namespaced_pod, namespace, **kwargs)
+        else:
+            resp = self._call("WATCH", self.core.list_pod_for_all_namespaces, **kwargs)
+        buf = b""
+        try:
+            for chunk in resp.stream(65536, decode_content=False):
+                buf += chunk
+                while b"\n" in buf:
+                    line, buf = buf.split(b"\n", 1)
+                    if line.strip():
+                        yield json.loads(line)
+        finally:
+            resp.release_conn()
+
+    # ---- services and configmaps -----------------------------------------------------
+
+    def create_if_absent(self, obj: Mapping[str, Any]) -> bool:
+        kind = obj["kind"]
+        ns = obj["metadata"]["namespace"]
+        fn = {"Service": self.core.create_namespaced_service,
+              "ConfigMap": self.core.create_namespaced_config_map}[kind]
+        try:
+            self._call("POST", fn, ns, obj, _preload_content=False)
+            return True
+        except ApiException as e:
+            if e.status == 409:
+                return False
+            raise
+
+    def read_configmap_data(self, namespace: str, name: str) -> dict[str, str] | None:
+        try:
+            resp = self._call("GET", self.core.read_namespaced_config_map, name, namespace, _preload_content=False)
+        except ApiException as e:
+            if e.status == 404:
+                return None
+            raise
+        return json.loads(resp.data).get("data") or {}
+
+    def apply_configmap(self, obj: Mapping[str, Any]) -> None:
+        """Create the ConfigMap, or replace its data when it exists (merge patch keeps owner refs)."""
+        if self.create_if_absent(obj):
+            return
+        self._call("PATCH", self.core.patch_namespaced_config_map, obj["metadata"]["name"],
+                   obj["metadata"]["namespace"], {"data": obj["data"]}, _preload_content=False)
+
+    # ---- the job --------------------------------------------------------------------------
+
+    def patch_job_status(self, namespace: str, name: str, status: Mapping[str, Any]) -> None:
+        self._call("PATCH", self.custom.patch_namespaced_custom_object_status, c.GROUP, c.VERSION, namespace,
+                   c.PLURAL, name, {"status": status}, _preload_content=False)
+
+    def delete_job(self, namespace: str, name: str) -> None:
+        try:
+            self._call("DELETE", self.custom.delete_namespaced_custom_object, c.GROUP, c.VERSION, namespace,
+                       c.PLURAL, name, propagation_policy="Background", _preload_content=False)
+        except ApiException as e:
+            if e.status != 404:
+                raise
+
+    def post_event(self, job: Mapping[str, Any], type_: str, reason: str, message: str) -> None:
+        """A core/v1 Event on the job (what `kubectl describe dpj` shows)."""
+        meta = job["metadata"]
+        now = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+        event = {
+            "apiVersion": "v1", "kind": "Event",
+            "metadata": {"name": f"{meta['name']}.{uuid.uuid4().hex[:12]}", "namespace": meta["namespace"]},
+            "involvedObject": {"apiVersion": c.API_VERSION, "kind": c.KIND, "name": meta["name"],
+                               "namespace": meta["namespace"], "uid": meta.get("uid"),
+                               "resourceVersion": meta.get("resourceVersion")},
+            "reason": reason, "message": message[:1024], "type": type_,
+            "source": {"component": c.MANAGED_BY}, "reportingComponent": c.MANAGED_BY,
+            "firstTimestamp": now, "lastTimestamp": now, "count": 1,
+        }
+        try:
+            self._call("POST", self.core.create_namespaced_event, meta["namespace"], event, _preload_content=False)
+        except ApiException as e:  # an event is never worth failing a reconcile for
+            log.warning("could not post event %s on %s/%s: %s", reason, meta["namespace"], meta["name"], e.reason)

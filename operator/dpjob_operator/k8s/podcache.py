@@ -1,0 +1,149 @@
+"""A label-selected list+watch of rank pods, kept as small ``PodObservation`` records.
+
+Why not a kopf handler or index on Pods: kopf watches every pod of the watched namespaces and
+filters client-side, and change-detecting handlers on a child kind write annotations that
+re-trigger themselves. This watch asks the API server only for pods labelled
+``app.kubernetes.io/managed-by=dpjob-operator`` and stores a few fields per pod.
+
+The watch runs in a daemon thread (the official client is synchronous) and calls
+``on_change(namespace, job_name)`` for every event, which the controller turns into a queued
+reconcile. ``synced`` is set after the first full list, so no reconcile ever acts on an empty
+cache after an operator restart.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import Callable
+
+from kubernetes.client.rest import ApiException
+
+from dpjob_operator.api import constants as c
+from dpjob_operator.k8s.client import KubeClient
+from dpjob_operator.reconcile.observe import PodObservation, observe_pod
+
+log = logging.getLogger("dpjob.podcache")
+SELECTOR = f"{c.LABEL_MANAGED_BY}={c.MANAGED_BY},{c.LABEL_JOB}"
+
+JobKey = tuple[str, str]
+
+
+class PodCache:
+    def __init__(self, kube: KubeClient, on_change: Callable[[str, str], None],
+                 namespaces: tuple[str, ...] = ()) -> None:
+        self._kube = kube
+        self._on_change = on_change
+        self._namespaces = namespaces or (None,)
+        self._lock = threading.Lock()
+        self._by_job: dict[JobKey, dict[str, PodObservation]] = {}
+        self._job_of_pod: dict[tuple[str, str], JobKey] = {}
+        self._stop = threading.Event()
+        self._synced = [threading.Event() for _ in self._namespaces]
+        self._threads: list[threading.Thread] = []
+
+    # ---- reading --------------------------------------------------------------------------
+
+    def pods_for(self, namespace: str, job_name: str) -> list[PodObservation]:
+        with self._lock:
+            return list(self._by_job.get((namespace, job_name), {}).values())
+
+    def wait_synced(self, timeout: float | None = None) -> bool:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        for ev in self._synced:
+            remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
+            if not ev.wait(remaining):
+                return False
+        return True
+
+    # ---- writing --------------------------------------------------------------------------
+
+    def _apply(self, event_type: str, pod: dict) -> JobKey | None:
+        meta = pod.get("metadata") or {}
+        ns, name = meta.get("namespace", ""), meta.get("name", "")
+        job = (meta.get("labels") or {}).get(c.LABEL_JOB)
+        if not job:
+            return None
+        key = (ns, job)
+        with self._lock:
+            pods = self._by_job.setdefault(key, {})
+            if event_type == "DELETED":
+                pods.pop(name, None)
+                self._job_of_pod.pop((ns, name), None)
+                if not pods:
+                    self._by_job.pop(key, None)
+            else:
+                obs = observe_pod(pod)
+                if obs is not None:
+                    pods[name] = obs
+                    self._job_of_pod[(ns, name)] = key
+        return key
+
+    def _replace_namespace(self, namespace: str | None, items: list[dict]) -> set[JobKey]:
+        """After a (re)list: drop what vanished while we were not watching, then load the list."""
+        touched: set[JobKey] = set()
+        with self._lock:
+            for key in [k for k in self._by_job if namespace is None or k[0] == namespace]:
+                touched.add(key)
+                for pod_name in self._by_job[key]:
+                    self._job_of_pod.pop((key[0], pod_name), None)
+                del self._by_job[key]
+        for pod in items:
+            key = self._apply("ADDED", pod)
+            if key:
+                touched.add(key)
+        return touched
+
+    # ---- the watch loop -------------------------------------------------------------------
+
+    def start(self) -> None:
+        for i, ns in enumerate(self._namespaces):
+            t = threading.Thread(target=self._run, args=(ns, self._synced[i]), daemon=True,
+                                 name=f"podcache-{ns or 'all'}")
+            t.start()
+            self._threads.append(t)
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def _run(self, namespace: str | None, synced: threading.Event) -> None:
+        backoff = 0.5
+        while not self._stop.is_set():
+            try:
+                items, rv = self._kube.list_pods_raw(SELECTOR, namespace)
+                for key in self._replace_namespace(namespace, items):
+                    self._on_change(*key)
+                synced.set()
+                backoff = 0.5
+                while not self._stop.is_set():
+                    for event in self._kube.watch_pods_raw(SELECTOR, rv, namespace):
+                        etype, obj = event.get("type"), event.get("object") or {}
+                        if etype == "ERROR":
+                            if obj.get("code") == 410:  # resourceVersion too old: relist
+                                raise _Relist()
+                            raise RuntimeError(f"watch error: {obj.get('message')}")
+                        rv = (obj.get("metadata") or {}).get("resourceVersion", rv)
+                        if etype == "BOOKMARK":
+                            continue
+                        key = self._apply(etype, obj)
+                        if key:
+                            self._on_change(*key)
+                        if self._stop.is_set():
+                            return
+            except _Relist:
+                log.info("pod watch expired; relisting")
+            except (ApiException, OSError, RuntimeError, ValueError) as e:
+                if getattr(e, "status", None) == 410:
+                    continue
+                log.warning("pod watch failed (%s); retrying in %.1fs", e, backoff)
+                self._stop.wait(backoff)
+                backoff = min(backoff * 2, 30.0)
+            except Exception:  # noqa: BLE001 - the watch must never die silently
+                log.exception("pod watch crashed; retrying in %.1fs", backoff)
+                self._stop.wait(backoff)
+                backoff = min(backoff * 2, 30.0)
+
+
+class _Relist(Exception):
+    pass

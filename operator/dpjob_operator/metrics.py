@@ -1,0 +1,62 @@
+"""Operator metrics (design section 8): controller-runtime names so existing dashboards and
+alerts for Go operators work unchanged, plus dpjob's own job-level series. No per-job labels:
+job names are unbounded, phases and reasons are not."""
+
+from __future__ import annotations
+
+from typing import Callable, Iterable
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.core import GaugeMetricFamily
+
+CONTROLLER = "dataparalleljob"
+REGISTRY = CollectorRegistry(auto_describe=True)
+
+RECONCILE_TOTAL = Counter("controller_runtime_reconcile_total", "Reconciliations by result",
+                          ["controller", "result"], registry=REGISTRY)
+RECONCILE_ERRORS = Counter("controller_runtime_reconcile_errors_total", "Reconciliations that raised",
+                           ["controller"], registry=REGISTRY)
+RECONCILE_TIME = Histogram("controller_runtime_reconcile_time_seconds", "Time per reconciliation", ["controller"],
+                           buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60),
+                           registry=REGISTRY)
+WORKQUEUE_DEPTH = Gauge("workqueue_depth", "Jobs waiting to be reconciled", ["name"], registry=REGISTRY)
+WORKQUEUE_ADDS = Counter("workqueue_adds_total", "Jobs added to the work queue", ["name"], registry=REGISTRY)
+REST_REQUESTS = Counter("rest_client_requests_total", "Kubernetes API requests by status code and method",
+                        ["code", "method"], registry=REGISTRY)
+RATE_LIMITER_WAIT = Histogram("rest_client_rate_limiter_duration_seconds",
+                              "Time spent waiting for the client-side rate limiter", ["verb"],
+                              buckets=(0.0, 0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
+                              registry=REGISTRY)
+PODS_CREATED = Counter("dpjob_pods_created_total", "Rank pods created", registry=REGISTRY)
+PODS_DELETED = Counter("dpjob_pods_deleted_total", "Rank pods deleted by the operator", ["reason"],
+                       registry=REGISTRY)
+RESTARTS = Counter("dpjob_restarts_total", "Gang restarts by reason", ["reason"], registry=REGISTRY)
+TRANSITIONS = Counter("dpjob_job_transitions_total", "Jobs entering a phase", ["phase"], registry=REGISTRY)
+_SCALE_BUCKETS = (0.1, 0.25, 0.5, 1, 2, 5, 10, 20, 30, 60, 120, 300, 600, 1800)
+TIME_TO_CREATED = Histogram("dpjob_time_to_all_pods_created_seconds",
+                            "From a gang's start (job seen or restart decided) to all its pods created",
+                            buckets=_SCALE_BUCKETS, registry=REGISTRY)
+TIME_TO_RUNNING = Histogram("dpjob_time_to_all_ranks_running_seconds",
+                            "From a gang's start to all its ranks Running", buckets=_SCALE_BUCKETS,
+                            registry=REGISTRY)
+
+
+class JobsByPhase:
+    """``dpjob_jobs{phase}`` computed at scrape time from the controller's job cache."""
+
+    PHASES = ("Pending", "Created", "Running", "Restarting", "Succeeded", "Failed", "Suspended")
+
+    def __init__(self, phases: Callable[[], Iterable[str]]) -> None:
+        self._phases = phases
+
+    def collect(self):
+        counts = dict.fromkeys(self.PHASES, 0)
+        for phase in self._phases():
+            counts[phase or "Pending"] = counts.get(phase or "Pending", 0) + 1
+        family = GaugeMetricFamily("dpjob_jobs", "DataParallelJobs by phase", labels=["phase"])
+        for phase, count in counts.items():
+            family.add_metric([phase], count)
+        yield family
+
+    def describe(self):
+        return []

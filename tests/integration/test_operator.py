@@ -1,0 +1,301 @@
+"""The operator as a process against the real control plane: pods on the right pool with the
+right environment, truthful status, gang restarts, lifecycle policies and cleanup."""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests import dpj
+from tests.helpers import kubectl, wait_for
+
+pytestmark = pytest.mark.integration
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+
+
+def job_body(name: str = "train", replicas: int = 2, annotations: dict | None = None, **spec) -> dict:
+    body = {
+        "apiVersion": "dpjob.io/v1alpha1", "kind": "DataParallelJob", "metadata": {"name": name},
+        "spec": {"replicas": replicas, "accelerator": "cpu",
+                 "template": {"metadata": {"annotations": annotations or {}},
+                              "spec": {"containers": [{"name": "trainer", "image": "dpjob/trainer:cpu",
+                                                       "command": ["python", "-m", "dpjob_trainer"]}]}}},
+    }
+    body["spec"].update(spec)
+    return body
+
+
+def pool_of(core, pod) -> str:
+    return core.read_node(pod.spec.node_name).metadata.labels.get("dpjob.io/pool", "")
+
+
+def wait_pods(core, ns, name, count, phase="Running", restart=None, timeout=60):
+    def ok():
+        pods = [p for p in dpj.rank_pods(core, ns, name) if not p.metadata.deletion_timestamp]
+        if restart is not None:
+            pods = [p for p in pods if p.metadata.labels["dpjob.io/restart"] == str(restart)]
+        return pods if len(pods) == count and all(p.status.phase == phase for p in pods) else None
+    return wait_for(f"{count} {phase} pods of {name}", ok, timeout=timeout)
+
+
+EXPECTED = {
+    "quickstart-cpu.yaml": ("cpu", 2, 2, None),
+    "gpu-ddp.yaml": ("gpu", 4, 32, ("nvidia.com/gpu", "8")),
+    "npu-ddp.yaml": ("npu", 2, 16, ("huawei.com/Ascend910", "8")),
+    "elastic-cpu.yaml": ("cpu", 3, None, None),
+    "mindspore-npu.yaml": ("npu", 2, 16, ("huawei.com/Ascend910", "8")),
+    "oneflow-gpu.yaml": ("gpu", 2, 2, ("nvidia.com/gpu", "1")),
+}
+
+
+@pytest.mark.parametrize("example", sorted(EXPECTED))
+def test_example_runs_on_the_right_pool_with_the_right_env(api, core, namespace, operator, example):
+    pool, replicas, world, device = EXPECTED[example]
+    out = kubectl("apply", "-n", namespace, "-f", str(EXAMPLES / example), check=False)
+    assert out.returncode == 0, out.stderr
+    name = yaml.safe_load((EXAMPLES / example).read_text())["metadata"]["name"]
+    pods = wait_pods(core, namespace, name, replicas)
+    st = dpj.wait_phase(api, namespace, name, "Running")
+    assert st["ready"] == f"{replicas}/{replicas}" and st["readyReplicas"] == replicas
+    assert {pool_of(core, p) for p in pods} == {pool}
+    for i, pod in enumerate(pods):
+        env = dpj.env_of(pod)
+        assert env["DPJOB_NAME"] == name and env["DPJOB_NODE_RANK"] == str(i)
+        assert env["DPJOB_MASTER_ADDR"] == f"{name}-rank-0.{name}.{namespace}.svc.cluster.local"
+        if world is not None:
+            assert st["worldSize"] == world
+        if device:
+            limits = next(c for c in pod.spec.containers if c.name == "trainer").resources.limits
+            assert limits[device[0]] == device[1]
+    svc = core.read_namespaced_service(name, namespace)
+    assert svc.spec.cluster_ip == "None" and svc.spec.publish_not_ready_addresses is True
+    columns = kubectl("get", "dpj", name, "-n", namespace).stdout
+    for header in ("PHASE", "READY", "WORLD", "ACCELERATOR", "RESTARTS", "AGE"):
+        assert header in columns
+    assert "Running" in columns
+
+
+def test_success_path_and_events(api, core, namespace, operator):
+    dpj.create(api, namespace, job_body(annotations={"sim.dpjob.io/complete-after": "2s"}))
+    st = dpj.wait_phase(api, namespace, "train", "Succeeded")
+    assert st["succeededReplicas"] == 2 and st["runningReplicas"] == 0 and st["completionTime"]
+    conds = {c["type"]: c for c in st["conditions"]}
+    assert conds["Succeeded"]["status"] == "True" and conds["Running"]["status"] == "False"
+    reasons = {e["reason"] for e in dpj.events(namespace, "train")}
+    assert {"Accepted", "AllRanksRunning", "JobSucceeded"} <= reasons
+    assert "JobSucceeded" in kubectl("describe", "dpj", "train", "-n", namespace).stdout
+
+
+def test_failing_rank_restarts_the_gang(api, core, namespace, operator):
+    dpj.create(api, namespace, job_body(replicas=3))
+    old = wait_pods(core, namespace, "train", 3)
+    dpj.wait_phase(api, namespace, "train", "Running")
+    core.patch_namespaced_pod("train-rank-1", namespace, {"metadata": {
+        "labels": {"pod-container-running-failed.stage.kwok.x-k8s.io": "true"},
+        "annotations": {"pod-container-running-failed.stage.kwok.x-k8s.io/exit-code": "137",
+                        "pod-container-running-failed.stage.kwok.x-k8s.io/delay": "100ms"}}})
+    new = wait_pods(core, namespace, "train", 3, restart=1)
+    assert {p.metadata.uid for p in new}.isdisjoint({p.metadata.uid for p in old})
+    st = dpj.wait_phase(api, namespace, "train", "Running")
+    assert st["restarts"] == 1 and st["failureRestarts"] == 1 and st["restartsByReason"] == {"RankFailed": 1}
+    assert st["lastFailure"]["rank"] == 1 and st["lastFailure"]["exitCode"] == 137
+    assert all(dpj.env_of(p)["DPJOB_RESTART_COUNT"] == "1" for p in new)
+    assert "GangRestart" in {e["reason"] for e in dpj.events(namespace, "train")}
+
+
+def test_backoff_limit_exhausted_fails_naming_rank_and_exit_code(api, core, namespace, operator):
+    dpj.create(api, namespace, job_body(
+        annotations={"sim.dpjob.io/fail-after": "1s", "sim.dpjob.io/exit-code": "3"},
+        runPolicy={"backoffLimit": 1}))
+    st = dpj.wait_phase(api, namespace, "train", "Failed", timeout=90)
+    assert st["reason"] == "BackoffLimitExceeded" and st["restarts"] == 1
+    assert st["lastFailure"]["exitCode"] == 3 and st["lastFailure"]["pod"].startswith("train-rank-")
+    assert "exit code 3" in st["message"]
+    # cleanPodPolicy Running: nothing is left running, failed pods stay for their logs.
+    pods = dpj.rank_pods(core, namespace, "train")
+    assert pods and all(p.status.phase != "Running" for p in pods)
+
+
+def test_exit_code_policy_fails_fast_on_a_permanent_error(api, namespace, operator):
+    dpj.create(api, namespace, job_body(annotations={"sim.dpjob.io/fail-after": "1s", "sim.dpjob.io/exit-code": "2"},
+                                        runPolicy={"restartPolicy": "ExitCode", "backoffLimit": 5}))
+    st = dpj.wait_phase(api, namespace, "train", "Failed")
+    assert st["reason"] == "PermanentError" and st["restarts"] == 0
+
+
+def test_active_deadline(api, core, namespace, operator):
+    dpj.create(api, namespace, job_body(runPolicy={"activeDeadlineSeconds": 3}))
+    st = dpj.wait_phase(api, namespace, "train", "Failed", timeout=30)
+    assert st["reason"] == "DeadlineExceeded"
+    wait_for("ranks stopped", lambda: not dpj.rank_pods(core, namespace, "train"))
+
+
+def test_ttl_deletes_the_finished_job_and_its_children(api, core, namespace, operator):
+    dpj.create(api, namespace, job_body(annotations={"sim.dpjob.io/complete-after": "1s"},
+                                        runPolicy={"ttlSecondsAfterFinished": 2}))
+    dpj.wait_phase(api, namespace, "train", "Succeeded")
+    wait_for("job deleted by TTL", lambda: "train" not in kubectl(
+        "get", "dpj", "-n", namespace, "-o", "name").stdout, timeout=30)
+    wait_for("children collected", lambda: not dpj.rank_pods(core, namespace, "train"))
+
+
+def test_suspend_and_resume(api, core, namespace, operator):
+    dpj.create(api, namespace, job_body())
+    wait_pods(core, namespace, "train", 2)
+    dpj.patch(api, namespace, "train", {"spec": {"runPolicy": {"suspend": True}}})
+    st = dpj.wait_phase(api, namespace, "train", "Suspended")
+    assert {c["type"]: c["status"] for c in st["conditions"]}["Suspended"] == "True"
+    wait_for("pods deleted on suspend", lambda: not dpj.rank_pods(core, namespace, "train"))
+    dpj.patch(api, namespace, "train", {"spec": {"runPolicy": {"suspend": False}}})
+    wait_pods(core, namespace, "train", 2)
+    st = dpj.wait_phase(api, namespace, "train", "Running")
+    assert {c["type"]: c["reason"] for c in st["conditions"]}["Suspended"] == "Resumed"
+
+
+def test_deleting_the_job_removes_every_child(api, core, namespace, operator):
+    dpj.create(api, namespace, job_body())
+    wait_pods(core, namespace, "train", 2)
+    wait_for("ranktable configmap", lambda: any(c.metadata.name == "train-ranktable"
+                                                for c in core.list_namespaced_config_map(namespace).items))
+    kubectl("delete", "dpj", "train", "-n", namespace, "--wait=true", "--timeout=30s")
+    wait_for("pods gone", lambda: not dpj.rank_pods(core, namespace, "train"))
+    wait_for("service gone", lambda: not core.list_namespaced_service(namespace).items)
+    wait_for("configmap gone", lambda: not [c for c in core.list_namespaced_config_map(namespace).items
+                                            if c.metadata.name.startswith("train")])
+
+
+def test_kubectl_scale_restarts_a_static_gang_at_the_new_size(api, core, namespace, operator):
+    dpj.create(api, namespace, job_body())
+    wait_pods(core, namespace, "train", 2)
+    dpj.wait_phase(api, namespace, "train", "Running")
+    out = kubectl("scale", "dpj", "train", "-n", namespace, "--replicas=3")
+    assert "scaled" in out.stdout
+    pods = wait_pods(core, namespace, "train", 3, restart=1)
+    assert all(dpj.env_of(p)["WORLD_SIZE"] == "3" for p in pods)
+    st = dpj.wait_phase(api, namespace, "train", "Running")
+    assert st["restartsByReason"] == {"Resized": 1} and st["failureRestarts"] == 0 and st["worldSize"] == 3
+
+
+def test_unschedulable_ranks_are_reported(api, namespace, operator):
+    body = job_body(accelerator="gpu", procsPerReplica=9)
+    dpj.create(api, namespace, body)
+    st = wait_for("PodsScheduled=False", lambda: (lambda s: s if any(
+        c["type"] == "PodsScheduled" and c["status"] == "False" for c in s.get("conditions", [])) else None)(
+        dpj.status(api, namespace, "train")))
+    msg = next(c for c in st["conditions"] if c["type"] == "PodsScheduled")["message"]
+    assert "nvidia.com/gpu" in msg and "rank" in msg
+    assert "Unschedulable" in {e["reason"] for e in dpj.events(namespace, "train")}
+
+
+def test_operator_restart_resumes_without_duplicating_pods(api, core, namespace, operator):
+    dpj.create(api, namespace, job_body(replicas=4))
+    before = wait_pods(core, namespace, "train", 4)
+    operator.restart()
+    dpj.patch(api, namespace, "train", {"metadata": {"labels": {"poke": "1"}}})
+    st = dpj.wait_phase(api, namespace, "train", "Running")
+    after = dpj.rank_pods(core, namespace, "train")
+    assert [p.metadata.uid for p in after] == [p.metadata.uid for p in before]
+    assert st["restarts"] == 0
+
+
+def test_npu_rank_table_completes_and_is_rewritten_after_a_restart(api, core, namespace, operator):
+    body = job_body(replicas=2, accelerator="npu", procsPerReplica=8)
+    dpj.create(api, namespace, body)
+    wait_pods(core, namespace, "train", 2)
+
+    def table(restart):
+        cm = core.read_namespaced_config_map("train-ranktable", namespace)
+        data = json.loads(cm.data.get("hccl.json", "{}"))
+        st = dpj.status(api, namespace, "train").get("rankTable") or {}
+        return data if data.get("status") == "completed" and st.get("restart") == restart and st.get("ready") else None
+
+    hccl = wait_for("hccl.json completed", lambda: table(0))
+    assert hccl["version"] == "1.0" and hccl["server_count"] == "2"
+    ranks = [d["rank_id"] for s in hccl["server_list"] for d in s["device"]]
+    assert ranks == [str(i) for i in range(16)]
+    generic = json.loads(core.read_namespaced_config_map("train-ranktable", namespace).data["ranktable.json"])
+    assert generic["status"] == "completed" and generic["worldSize"] == 16
+    ips_before = sorted(s["container_ip"] for s in hccl["server_list"])
+    pods = dpj.rank_pods(core, namespace, "train")
+    assert dpj.env_of(pods[0])["RANK_TABLE_FILE"] == "/etc/dpjob/ranktable/hccl.json"
+    core.patch_namespaced_pod("train-rank-0", namespace, {"metadata": {
+        "labels": {"pod-container-running-failed.stage.kwok.x-k8s.io": "true"},
+        "annotations": {"pod-container-running-failed.stage.kwok.x-k8s.io/delay": "100ms"}}})
+    hccl2 = wait_for("table of restart 1", lambda: table(1), timeout=60)
+    ips_after = sorted(s["container_ip"] for s in hccl2["server_list"])
+    assert ips_after != ips_before
+    st = dpj.status(api, namespace, "train")
+    assert {c["type"]: c["status"] for c in st["conditions"]}["RankTableReady"] == "True"
+
+
+def test_cpu_and_gpu_jobs_get_the_generic_table(api, core, namespace, operator):
+    dpj.create(api, namespace, job_body(name="gpujob", replicas=2, accelerator="gpu", procsPerReplica=8))
+    wait_pods(core, namespace, "gpujob", 2)
+
+    def generic():
+        data = core.read_namespaced_config_map("gpujob-ranktable", namespace).data or {}
+        table = json.loads(data.get("ranktable.json", "{}"))
+        return table if table.get("status") == "completed" else None
+
+    table = wait_for("generic table", generic)
+    assert "hccl.json" not in core.read_namespaced_config_map("gpujob-ranktable", namespace).data
+    ranks = [r["rank"] for s in table["servers"] for r in s["ranks"]]
+    assert ranks == list(range(16))
+
+
+def test_operator_metrics_report_reconciles_and_pods(operator):
+    text = operator.metrics()
+    for name in ("controller_runtime_reconcile_total", "controller_runtime_reconcile_time_seconds_bucket",
+                 "workqueue_depth", "rest_client_requests_total", "rest_client_rate_limiter_duration_seconds_bucket",
+                 "dpjob_jobs{", "dpjob_pods_created_total", "dpjob_time_to_all_pods_created_seconds_bucket"):
+        assert name in text, name
+
+
+INVALID = [
+    ("replicas-zero", {"replicas": 0}, "spec.replicas"),
+    ("bad-accelerator", {"accelerator": "tpu"}, "spec.accelerator"),
+    ("elastic-min-gt-max", {"replicas": 3, "rendezvous": {"mode": "elastic", "minReplicas": 4, "maxReplicas": 2}},
+     "minReplicas"),
+    ("elastic-missing-bounds", {"rendezvous": {"mode": "elastic"}}, "spec.rendezvous"),
+    ("static-with-bounds", {"rendezvous": {"minReplicas": 1}}, "spec.rendezvous"),
+    ("port-too-low", {"rendezvous": {"port": 80}}, "spec.rendezvous.port"),
+    ("nccl-on-cpu", {"backend": "nccl"}, "spec.backend"),
+    ("hccl-table-on-gpu", {"accelerator": "gpu", "rankTable": {"format": "hccl"}}, "spec.rankTable.format"),
+    ("negative-backoff", {"runPolicy": {"backoffLimit": -1}}, "spec.runPolicy.backoffLimit"),
+    ("bad-clean-policy", {"runPolicy": {"cleanPodPolicy": "Sometimes"}}, "spec.runPolicy.cleanPodPolicy"),
+    ("bad-success-policy", {"successPolicy": "Majority"}, "spec.successPolicy"),
+    ("no-trainer", {"template": {"spec": {"containers": [{"name": "main", "image": "x"}]}}}, "trainer"),
+    ("oneflow-elastic", {"framework": "oneflow", "rendezvous": {"mode": "elastic", "minReplicas": 1,
+                                                                "maxReplicas": 2}}, "spec.rendezvous.mode"),
+    ("devices-on-cpu", {"devicesPerReplica": 2}, "spec.devicesPerReplica"),
+    ("restart-policy-always", {"template": {"spec": {"restartPolicy": "Always", "containers": [
+        {"name": "trainer", "image": "x"}]}}}, "restartPolicy"),
+]
+
+
+@pytest.mark.parametrize("case, spec, field", INVALID, ids=[c[0] for c in INVALID])
+def test_invalid_spec_is_rejected_at_apply_naming_the_field(namespace, crds, case, spec, field):
+    body = job_body(name="bad")
+    body["spec"].update(copy.deepcopy(spec))
+    out = kubectl("apply", "-n", namespace, "-f", "-", stdin=json.dumps(body), check=False)
+    assert out.returncode != 0, f"{case} was accepted"
+    assert field in out.stderr, out.stderr
+
+
+def test_too_long_name_is_rejected(namespace, crds):
+    body = job_body(name="a" * 60)
+    out = kubectl("apply", "-n", namespace, "-f", "-", stdin=json.dumps(body), check=False)
+    assert out.returncode != 0 and "metadata.name is too long" in out.stderr
+
+
+def test_immutable_fields_cannot_change(api, namespace, crds):
+    dpj.create(api, namespace, job_body(name="frozen"))
+    for patch, field in (({"accelerator": "gpu"}, "spec.accelerator"), ({"framework": "oneflow"}, "spec.framework"),
+                         ({"procsPerReplica": 4}, "spec.procsPerReplica")):
+        out = kubectl("patch", "dpj", "frozen", "-n", namespace, "--type=merge", "-p",
+                      json.dumps({"spec": patch}), check=False)
+        assert out.returncode != 0 and "immutable" in out.stderr and field in out.stderr, out.stderr
