@@ -37,7 +37,9 @@ APISERVER_PORT = int(os.environ.get("DPJOB_APISERVER_PORT", "16443"))
 SERVICE_CIDR = "10.96.0.0/16"
 POD_CIDR = os.environ.get("DPJOB_POD_CIDR", "10.244.0.0/16")  # 65k pod IPs: room for thousands of pods
 # Components started in this order and stopped in reverse.
-COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok", "ascend-device-plugin")
+# The last three are started by devcluster/stack.py (make dev, e2e tests) and stopped here first.
+COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok", "ascend-device-plugin",
+              "nodeagent", "operator", "prometheus")
 
 
 @dataclass(frozen=True)
@@ -469,7 +471,7 @@ def down(quiet: bool = False) -> None:
             if not quiet:
                 log(f"stopped {component} (pid {pid})")
     if STATE.exists():
-        for sub in ("run", "pids", "kubeconfig"):
+        for sub in ("run", "pids", "kubeconfig", "prometheus"):
             p = STATE / sub
             if p.is_dir():
                 shutil.rmtree(p, ignore_errors=True)
@@ -482,6 +484,8 @@ def down(quiet: bool = False) -> None:
 def status() -> int:
     for component in COMPONENTS:
         pid = read_pid(component)
+        if component in COMPONENTS[6:] and not alive(pid):
+            continue
         print(f"{component:26s} {'running' if alive(pid) else 'stopped'} {pid or ''}")
     ok = KUBECONFIG.exists() and cluster_is_up()
     print(f"api: {'ready' if ok else 'not ready'}  kubeconfig: {KUBECONFIG}")

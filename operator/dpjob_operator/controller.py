@@ -143,8 +143,9 @@ class Controller:
                 requeue = min(0.5 * 2 ** failures, 60.0)
                 metrics.RECONCILE_ERRORS.labels(metrics.CONTROLLER).inc()
                 metrics.RECONCILE_TOTAL.labels(metrics.CONTROLLER, "error").inc()
-                log.warning("reconcile of %s/%s failed (%s); retrying in %.1fs", *key, e, requeue,
-                            exc_info=not isinstance(e, ApiException))
+                detail = f"{e.status} {_api_message(e.body)}" if isinstance(e, ApiException) else str(e)
+                log.warning("reconcile of %s/%s failed (%s); retrying in %.1fs", *key, detail, requeue,
+                            exc_info=not isinstance(e, (ApiException, RuntimeError)))
             finally:
                 metrics.RECONCILE_TIME.labels(metrics.CONTROLLER).observe(time.perf_counter() - started)
                 self._active.discard(key)

@@ -1,0 +1,114 @@
+{{/* Chart name, truncated to the DNS label limit. */}}
+{{- define "dpjob-operator.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* Fully qualified app name: the release name, unless it already contains the chart name. */}}
+{{- define "dpjob-operator.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{- define "dpjob-operator.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* Labels on every object of the release. */}}
+{{- define "dpjob-operator.labels" -}}
+helm.sh/chart: {{ include "dpjob-operator.chart" . }}
+{{ include "dpjob-operator.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/part-of: dpjob
+{{- end }}
+
+{{/* Immutable Deployment selector: name + instance only. */}}
+{{- define "dpjob-operator.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "dpjob-operator.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end }}
+
+{{- define "dpjob-operator.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create }}
+{{- default (include "dpjob-operator.fullname" .) .Values.serviceAccount.name }}
+{{- else }}
+{{- default "default" .Values.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
+{{- define "dpjob-operator.image" -}}
+{{- if .Values.image.digest }}
+{{- printf "%s@%s" .Values.image.repository .Values.image.digest }}
+{{- else }}
+{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) }}
+{{- end }}
+{{- end }}
+
+{{/*
+The operator's RBAC rules (least privilege: exactly the verbs operator/dpjob_operator/k8s/client.py
+and kopf use). Shared by the ClusterRole and the per-namespace Roles.
+*/}}
+{{- define "dpjob-operator.rules" -}}
+# Rank pods: created, deleted (gang restart, cleanup), and listed/watched by label selector.
+- apiGroups: [""]
+  resources: [pods]
+  verbs: [create, delete, list, watch]
+# The headless Service of each job: created once (owner references do the cleanup).
+- apiGroups: [""]
+  resources: [services]
+  verbs: [create]
+# Rank-table ConfigMaps: created, read back, and patched after every gang restart.
+- apiGroups: [""]
+  resources: [configmaps]
+  verbs: [create, get, patch]
+# core/v1 Events on jobs: the operator creates them; kopf posts (and may patch) its own.
+- apiGroups: [""]
+  resources: [events]
+  verbs: [create, patch]
+# The jobs: kopf lists and watches them; the operator deletes finished jobs after their TTL.
+- apiGroups: [dpjob.io]
+  resources: [dataparalleljobs]
+  verbs: [get, list, watch, delete]
+- apiGroups: [dpjob.io]
+  resources: [dataparalleljobs/status]
+  verbs: [patch]
+# Child objects carry ownerReferences with blockOwnerDeletion=true; with the
+# OwnerReferencesPermissionEnforcement admission plugin that needs update on the owner's finalizers.
+- apiGroups: [dpjob.io]
+  resources: [dataparalleljobs/finalizers]
+  verbs: [update]
+{{- end }}
+
+{{/* The operator config file (operator/dpjob_operator/config.py), rendered as JSON. */}}
+{{- define "dpjob-operator.config" -}}
+{{- $pools := dict }}
+{{- range $name, $pool := .Values.pools }}
+{{- $p := dict "nodeSelector" (default dict $pool.nodeSelector) "tolerations" (default list $pool.tolerations) "defaultBackend" $pool.defaultBackend "env" (default dict $pool.env) }}
+{{- /* no device resource (CPU): leave the key out, the operator reads a missing key as None */}}
+{{- with get $pool "deviceResource" }}
+{{- $_ := set $p "deviceResource" . }}
+{{- end }}
+{{- $_ := set $pools $name $p }}
+{{- end }}
+{{- $cfg := dict
+  "pools" $pools
+  "apiQPS" .Values.apiQPS
+  "apiBurst" .Values.apiBurst
+  "createConcurrency" .Values.createConcurrency
+  "workers" .Values.workers
+  "resyncSeconds" .Values.resyncSeconds
+  "namespaces" .Values.watchNamespaces
+  "metricsPort" .Values.metrics.port
+  "healthPort" .Values.health.port
+  "clusterDomain" .Values.clusterDomain
+  "logLevel" .Values.logLevel }}
+{{- toPrettyJson $cfg }}
+{{- end }}

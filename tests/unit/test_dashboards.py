@@ -1,0 +1,381 @@
+"""The chart's Grafana dashboards and its render-time contract (no cluster needed).
+
+Dashboard JSON: parses, current schemaVersion, datasource only through the ``datasource``
+variable (never ``${DS_PROMETHEUS}``), every panel has PromQL, only known metric names.
+Chart rendering (needs a helm binary, else skipped): values.schema.json rejects typos, the
+monitors and dashboard ConfigMaps render as kube-prometheus-stack expects, the config the
+operator reads matches operator/dpjob_operator/config.py, the CRD in the chart is crds/.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.helm_support import CHART, CRD, by_kind, helm, helm_binary, render, template
+
+pytestmark = pytest.mark.unit
+
+REPO = Path(__file__).resolve().parents[2]
+DASHBOARDS = sorted((CHART / "dashboards").glob("*.json"))
+DS = {"type": "prometheus", "uid": "${datasource}"}
+needs_helm = pytest.mark.skipif(helm_binary() is None, reason="no helm binary (devcluster/build.sh builds one)")
+
+# Metric names the dashboards may use: what the operator and the trainer export (+ Prometheus' up).
+OPERATOR_METRICS = {
+    "controller_runtime_reconcile_total", "controller_runtime_reconcile_errors_total",
+    "controller_runtime_reconcile_time_seconds", "workqueue_depth", "workqueue_adds_total",
+    "rest_client_requests_total", "rest_client_rate_limiter_duration_seconds", "dpjob_pods_created_total",
+    "dpjob_pods_deleted_total", "dpjob_restarts_total", "dpjob_job_transitions_total", "dpjob_jobs",
+    "dpjob_time_to_all_pods_created_seconds", "dpjob_time_to_all_ranks_running_seconds",
+}
+
+
+def _trainer_metrics() -> set[str]:
+    from dpjob_trainer import metrics
+
+    return set(metrics.METRIC_NAMES)
+
+
+def _panels(dashboard: dict) -> list[dict]:
+    out = []
+    for panel in dashboard.get("panels", []):
+        out.append(panel)
+        out.extend(panel.get("panels") or [])
+    return out
+
+
+def _load(path: Path) -> dict:
+    return json.loads(path.read_text())
+
+
+def test_both_dashboards_exist():
+    assert {p.name for p in DASHBOARDS} == {"dpjob-training.json", "dpjob-operator.json"}
+    titles = {_load(p)["title"] for p in DASHBOARDS}
+    assert titles == {"DataParallelJob training", "dpjob operator"}
+
+
+def test_dashboards_are_generated_from_source():
+    """helm/tools/dashboards.py is the source; the shipped JSON must be its current output."""
+    proc = subprocess.run([sys.executable, str(REPO / "helm" / "tools" / "dashboards.py"), "--check"],
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+
+
+@pytest.mark.parametrize("path", DASHBOARDS, ids=lambda p: p.name)
+def test_dashboard_conventions(path: Path):
+    text = path.read_text()
+    d = json.loads(text)
+    assert d["schemaVersion"] >= 39
+    assert "DS_PROMETHEUS" not in text and "__inputs" not in d and "__requires" not in d
+    assert d["uid"] and len(d["uid"]) <= 40
+    assert d["title"] and d["tags"] and d["time"] and d["refresh"]
+    variables = {v["name"]: v for v in d["templating"]["list"]}
+    assert variables["datasource"]["type"] == "datasource"
+    assert variables["datasource"]["query"] == "prometheus"
+    for v in variables.values():
+        if v["type"] == "query":
+            assert v["datasource"] == DS
+            assert v["definition"].startswith("label_values(")
+    ids = [p["id"] for p in _panels(d)]
+    assert len(ids) == len(set(ids)), "duplicate panel ids"
+    data_panels = [p for p in _panels(d) if p["type"] != "row"]
+    assert len(data_panels) >= 8
+    for panel in data_panels:
+        assert panel["datasource"] == DS, panel["title"]
+        assert panel["targets"], f"panel {panel['title']!r} has no targets"
+        for t in panel["targets"]:
+            assert t.get("expr", "").strip(), f"panel {panel['title']!r} target {t.get('refId')} has no expr"
+            assert t["datasource"] == DS
+            # Every variable used is defined (or a Grafana built-in).
+            for var in re.findall(r"\$\{?(\w+)", t["expr"]):
+                assert var.startswith("__") or var in variables, (panel["title"], var)
+            if "rate(" in t["expr"] or "increase(" in t["expr"]:
+                assert "[$__rate_interval]" in t["expr"], (panel["title"], t["expr"])
+        gp = panel["gridPos"]
+        assert 0 <= gp["x"] and gp["x"] + gp["w"] <= 24
+
+
+def test_training_dashboard_covers_the_brief():
+    d = _load(CHART / "dashboards" / "dpjob-training.json")
+    exprs = " ".join(t["expr"] for p in _panels(d) for t in p.get("targets", []))
+    assert "histogram_quantile(0.5, sum by (le) (rate(dpjob_trainer_step_duration_seconds_bucket" in exprs
+    assert "histogram_quantile(0.99, sum by (le) (rate(dpjob_trainer_step_duration_seconds_bucket" in exprs
+    assert re.search(r"rate\(dpjob_trainer_data_wait_seconds_total[^)]*\)\) / sum\(rate\("
+                     r"dpjob_trainer_step_duration_seconds_sum", exprs)
+    assert re.search(r"rate\(dpjob_trainer_comm_exposed_seconds_total[^)]*\)\) / sum\(rate\("
+                     r"dpjob_trainer_step_duration_seconds_sum", exprs)
+    for metric in ("dpjob_trainer_samples_total", "dpjob_trainer_loss", "dpjob_trainer_learning_rate",
+                   "dpjob_trainer_grad_norm", "dpjob_trainer_last_step_timestamp_seconds", "dpjob_trainer_info"):
+        assert metric in exprs
+    assert re.search(r"max\(.*\) - min\(", exprs), "per-rank skew (max - min)"
+    variables = {v["name"]: v for v in d["templating"]["list"]}
+    assert variables["namespace"]["definition"] == "label_values(dpjob_trainer_info, namespace)"
+    assert "dpjob_trainer_info" in variables["job"]["definition"]
+
+
+def test_operator_dashboard_covers_the_brief():
+    d = _load(CHART / "dashboards" / "dpjob-operator.json")
+    exprs = " ".join(t["expr"] for p in _panels(d) for t in p.get("targets", []))
+    for needle in ("rate(controller_runtime_reconcile_total", "controller_runtime_reconcile_errors_total",
+                   "histogram_quantile(0.99, sum by (le) (rate(controller_runtime_reconcile_time_seconds_bucket",
+                   "rate(dpjob_pods_created_total",
+                   "histogram_quantile(0.5, sum by (le) (rate(dpjob_time_to_all_ranks_running_seconds_bucket",
+                   "histogram_quantile(0.99, sum by (le) (rate(dpjob_time_to_all_ranks_running_seconds_bucket",
+                   "sum by (reason) (increase(dpjob_restarts_total", "sum by (phase) (dpjob_jobs",
+                   "workqueue_depth", "rest_client_rate_limiter_duration_seconds_bucket"):
+        assert needle in exprs, needle
+    # controller-runtime names are shared with every Go operator: always scoped to our scrape job.
+    for p in _panels(d):
+        for t in p.get("targets", []):
+            assert 'job=~"$operator"' in t["expr"], t["expr"]
+
+
+def test_dashboards_use_only_exported_metrics():
+    trainer = _trainer_metrics()
+    known = set(OPERATOR_METRICS) | trainer | {"up"}
+    suffixes = ("_bucket", "_sum", "_count", "_total")
+    for path in DASHBOARDS:
+        for p in _panels(_load(path)):
+            for t in p.get("targets", []):
+                for name in re.findall(r"\b((?:dpjob|controller_runtime|workqueue|rest_client)_\w+|up)\s*[{\[(]",
+                                       t["expr"]):
+                    base = name
+                    for s in suffixes:
+                        if name.endswith(s) and name[: -len(s)] in known:
+                            base = name[: -len(s)]
+                            break
+                    assert base in known or name in known, f"{path.name}: {p['title']}: unknown metric {name}"
+
+
+# ---- chart rendering (helm template) ------------------------------------------------------
+
+
+@needs_helm
+@pytest.mark.parametrize("bad", ["imagee.tag=x", "podMonitor.enable=true", "pools.gpu.deviceResorce=x",
+                                 "serviceMonitor.additionalLabel.release=kps", "replicaCount=2",
+                                 "logLevel=verbose", "pools.tpu.defaultBackend=nccl"])
+def test_values_schema_rejects_typos(bad: str):
+    proc = template(set_=[bad], check=False)
+    assert proc.returncode != 0, f"--set {bad} was accepted"
+    assert "schema" in proc.stderr.lower() or "values don't meet" in proc.stderr.lower(), proc.stderr
+
+
+@needs_helm
+def test_default_render():
+    objs = render()
+    kinds = sorted(o["kind"] for o in objs)
+    assert kinds == sorted(["ServiceAccount", "ClusterRole", "ClusterRoleBinding", "ConfigMap", "Deployment",
+                            "Service", "ConfigMap", "ConfigMap"]), kinds
+    dep = by_kind(objs, "Deployment")[0]
+    assert dep["spec"]["replicas"] == 1
+    assert dep["spec"]["strategy"] == {"type": "Recreate"}
+    pod = dep["spec"]["template"]["spec"]
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    (c,) = pod["containers"]
+    sc = c["securityContext"]
+    assert sc["readOnlyRootFilesystem"] is True and sc["allowPrivilegeEscalation"] is False
+    assert sc["capabilities"]["drop"] == ["ALL"]
+    for probe in ("livenessProbe", "readinessProbe"):
+        assert c[probe]["httpGet"] == {"path": "/healthz", "port": "health"}
+    ports = {p["name"]: p["containerPort"] for p in c["ports"]}
+    assert ports == {"http-metrics": 8080, "health": 8081}
+    env = {e["name"]: e.get("value") for e in c["env"]}
+    mounts = {m["mountPath"]: m["name"] for m in c["volumeMounts"]}
+    assert env["DPJOB_CONFIG"].startswith("/etc/dpjob/") and mounts["/etc/dpjob"] == "config"
+    assert mounts["/tmp"] == "tmp"
+    assert {"name": "tmp", "emptyDir": {"sizeLimit": "64Mi"}} in pod["volumes"]
+    svc = by_kind(objs, "Service")[0]
+    assert svc["spec"]["ports"][0]["name"] == "http-metrics" and svc["spec"]["ports"][0]["port"] == 8080
+
+
+@needs_helm
+def test_operator_config_is_what_config_py_reads(tmp_path: Path):
+    from dpjob_operator.config import DEFAULT_POOLS, load_config
+
+    objs = render(values={"watchNamespaces": ["team-a", "team-b"], "apiQPS": 50, "apiBurst": 75,
+                          "createConcurrency": 16, "workers": 4, "logLevel": "DEBUG", "resyncSeconds": 45,
+                          "metrics": {"port": 9100},
+                          "pools": {"gpu": {"deviceResource": "nvidia.com/mig-1g.10gb",
+                                            "nodeSelector": {"pool": "a100", "nvidia.com/gpu.present": None},
+                                            "tolerations": [],
+                                            "defaultBackend": "nccl", "env": {"NCCL_DEBUG": "WARN"}}}})
+    cm = next(o for o in by_kind(objs, "ConfigMap") if o["metadata"]["name"].endswith("-config"))
+    path = tmp_path / "config.json"
+    path.write_text(cm["data"]["config.json"])
+    cfg = load_config(str(path), environ={})
+    assert cfg.namespaces == ("team-a", "team-b")
+    assert (cfg.api_qps, cfg.api_burst, cfg.create_concurrency, cfg.workers) == (50.0, 75, 16, 4)
+    assert (cfg.log_level, cfg.resync_seconds, cfg.metrics_port, cfg.health_port) == ("DEBUG", 45.0, 9100, 8081)
+    assert cfg.cluster_domain == "cluster.local"
+    gpu = cfg.pools["gpu"]
+    # Helm merges maps with the defaults; null removes a default key, lists replace.
+    assert gpu.device_resource == "nvidia.com/mig-1g.10gb" and dict(gpu.node_selector) == {"pool": "a100"}
+    assert gpu.tolerations == ()
+    assert dict(gpu.env) == {"NCCL_DEBUG": "WARN", "TORCH_NCCL_ASYNC_ERROR_HANDLING": "1"}
+    # Pools not overridden keep the chart defaults, which equal the operator's built-in defaults.
+    assert cfg.pools["npu"] == DEFAULT_POOLS["npu"]
+    assert cfg.pools["cpu"] == DEFAULT_POOLS["cpu"]
+    dep = by_kind(objs, "Deployment")[0]
+    ports = {p["name"]: p["containerPort"] for p in dep["spec"]["template"]["spec"]["containers"][0]["ports"]}
+    assert ports["http-metrics"] == 9100
+
+
+@needs_helm
+def test_default_pools_equal_operator_defaults(tmp_path: Path):
+    from dpjob_operator.config import DEFAULT_POOLS, load_config
+
+    cm = next(o for o in by_kind(render(), "ConfigMap") if o["metadata"]["name"].endswith("-config"))
+    path = tmp_path / "config.json"
+    path.write_text(cm["data"]["config.json"])
+    cfg = load_config(str(path), environ={})
+    assert dict(cfg.pools) == DEFAULT_POOLS
+    assert cfg.namespaces == ()
+
+
+@needs_helm
+def test_watch_namespaces_render_roles_not_clusterroles():
+    objs = render(values={"watchNamespaces": ["team-a", "team-b"]})
+    assert not by_kind(objs, "ClusterRole") and not by_kind(objs, "ClusterRoleBinding")
+    roles = by_kind(objs, "Role")
+    bindings = by_kind(objs, "RoleBinding")
+    assert sorted(r["metadata"]["namespace"] for r in roles) == ["team-a", "team-b"]
+    assert sorted(b["metadata"]["namespace"] for b in bindings) == ["team-a", "team-b"]
+    for b in bindings:
+        assert b["subjects"] == [{"kind": "ServiceAccount", "name": "dpjob-dpjob-operator",
+                                  "namespace": "dpjob-system"}]
+
+
+@needs_helm
+def test_rbac_rules_are_least_privilege():
+    (role,) = by_kind(render(), "ClusterRole")
+    granted = {(g, r, v) for rule in role["rules"] for g in rule["apiGroups"] for r in rule["resources"]
+               for v in rule["verbs"]}
+    expected = {("", "pods", v) for v in ("create", "delete", "list", "watch")}
+    expected |= {("", "services", "create")}
+    expected |= {("", "configmaps", v) for v in ("create", "get", "patch")}
+    expected |= {("", "events", v) for v in ("create", "patch")}
+    expected |= {("dpjob.io", "dataparalleljobs", v) for v in ("get", "list", "watch", "delete")}
+    expected |= {("dpjob.io", "dataparalleljobs/status", "patch"), ("dpjob.io", "dataparalleljobs/finalizers", "update")}
+    assert granted == expected
+    assert not any("*" in rule[k] for rule in role["rules"] for k in ("apiGroups", "resources", "verbs"))
+
+
+@needs_helm
+def test_monitors_render_for_kube_prometheus_stack():
+    objs = render(set_=["serviceMonitor.enabled=true", "podMonitor.enabled=true",
+                        "serviceMonitor.additionalLabels.release=kps", "podMonitor.additionalLabels.release=kps"])
+    (sm,) = by_kind(objs, "ServiceMonitor")
+    (pm,) = by_kind(objs, "PodMonitor")
+    assert sm["apiVersion"] == pm["apiVersion"] == "monitoring.coreos.com/v1"
+    assert sm["metadata"]["labels"]["release"] == "kps" and pm["metadata"]["labels"]["release"] == "kps"
+    svc = by_kind(objs, "Service")[0]
+    for k, v in sm["spec"]["selector"]["matchLabels"].items():
+        assert svc["metadata"]["labels"][k] == v
+    assert sm["spec"]["endpoints"][0]["port"] == "http-metrics"
+    assert sm["spec"]["namespaceSelector"] == {"matchNames": ["dpjob-system"]}
+    # Trainer pods: the operator labels them and names the trainer's port `metrics`.
+    assert pm["spec"]["selector"]["matchLabels"] == {"app.kubernetes.io/managed-by": "dpjob-operator"}
+    assert pm["spec"]["namespaceSelector"] == {"any": True}
+    (ep,) = pm["spec"]["podMetricsEndpoints"]
+    assert ep["port"] == "metrics" and ep["path"] == "/metrics"
+    targets = {r["targetLabel"]: r["sourceLabels"] for r in ep["relabelings"]}
+    assert targets["dpjob_job"] == ["__meta_kubernetes_pod_label_dpjob_io_job_name"]
+    # Namespaced install: scrape only the watched namespaces.
+    objs = render(set_=["podMonitor.enabled=true"], values={"watchNamespaces": ["team-a"]})
+    (pm,) = by_kind(objs, "PodMonitor")
+    assert pm["spec"]["namespaceSelector"] == {"matchNames": ["team-a"]}
+
+
+def test_operator_pods_name_the_metrics_port():
+    """The PodMonitor selects port `metrics`: the operator must add it to the trainer container."""
+    from dpjob_operator.build import pods
+
+    assert pods.METRICS_PORT == 9090
+    source = Path(pods.__file__).read_text()
+    assert '"name": "metrics"' in source
+
+
+@needs_helm
+def test_monitors_off_by_default():
+    objs = render()
+    assert not by_kind(objs, "ServiceMonitor") and not by_kind(objs, "PodMonitor")
+
+
+@needs_helm
+def test_dashboard_configmaps():
+    objs = render(set_=["dashboards.namespace=monitoring"])
+    cms = [o for o in by_kind(objs, "ConfigMap") if "grafana_dashboard" in o["metadata"]["labels"]]
+    assert len(cms) == 2
+    for cm in cms:
+        assert cm["metadata"]["labels"]["grafana_dashboard"] == "1"
+        assert cm["metadata"]["annotations"] == {"grafana_folder": "dpjob"}
+        assert cm["metadata"]["namespace"] == "monitoring"
+        ((key, text),) = cm["data"].items()
+        assert key in {p.name for p in DASHBOARDS}
+        assert json.loads(text) == json.loads((CHART / "dashboards" / key).read_text())
+    assert not [o for o in by_kind(render(set_=["dashboards.enabled=false"]), "ConfigMap")
+                if "grafana_dashboard" in o["metadata"]["labels"]]
+
+
+def test_chart_crd_is_the_repository_crd():
+    """One source of truth: the chart's crds/ entry is a symlink to crds/ (or, if ever copied, identical)."""
+    chart_crd = CHART / "crds" / "dataparalleljob.yaml"
+    assert chart_crd.exists(), "chart CRD missing"
+    if chart_crd.is_symlink():
+        assert chart_crd.resolve() == CRD.resolve()
+    assert chart_crd.read_bytes() == CRD.read_bytes()
+    assert sorted(p.name for p in (CHART / "crds").iterdir()) == ["dataparalleljob.yaml"]
+
+
+@needs_helm
+def test_helm_follows_the_crd_symlink(tmp_path: Path):
+    """`helm template --include-crds` and `helm package` carry the CRD's content, not a dangling link."""
+    import yaml
+
+    objs = render(include_crds=True)
+    (crd,) = by_kind(objs, "CustomResourceDefinition")
+    assert crd == yaml.safe_load(CRD.read_text())
+    helm("package", str(CHART), "--destination", str(tmp_path))
+    (tgz,) = tmp_path.glob("dpjob-operator-*.tgz")
+    import tarfile
+
+    with tarfile.open(tgz) as tar:
+        member = tar.getmember("dpjob-operator/crds/dataparalleljob.yaml")
+        assert member.isfile()
+        assert tar.extractfile(member).read() == CRD.read_bytes()
+
+
+def test_token_kubeconfig_keeps_only_server_ca_and_token(tmp_path: Path):
+    """tests/helm_support.py: the ServiceAccount kubeconfig carries no admin credential."""
+    import base64
+
+    import yaml
+
+    from tests.helm_support import write_token_kubeconfig
+
+    ca = tmp_path / "ca.crt"
+    ca.write_bytes(b"-----BEGIN CERTIFICATE-----\nabc\n-----END CERTIFICATE-----\n")
+    base = tmp_path / "admin.kubeconfig"
+    base.write_text(yaml.safe_dump({
+        "apiVersion": "v1", "kind": "Config",
+        "clusters": [{"name": "dev", "cluster": {"server": "https://127.0.0.1:6443", "certificate-authority": str(ca)}}],
+        "users": [{"name": "admin", "user": {"token": "ADMIN-SECRET"}}],
+        "contexts": [{"name": "dev", "context": {"cluster": "dev", "user": "admin", "namespace": "default"}}],
+        "current-context": "dev"}))
+    out = write_token_kubeconfig(base, "SA-TOKEN", "ns1", "op", tmp_path / "sa" / "kubeconfig")
+    text = out.read_text()
+    assert "ADMIN-SECRET" not in text and oct(out.stat().st_mode & 0o777) == "0o600"
+    cfg = yaml.safe_load(text)
+    (cluster,) = cfg["clusters"]
+    assert cluster["cluster"] == {"server": "https://127.0.0.1:6443",
+                                  "certificate-authority-data": base64.b64encode(ca.read_bytes()).decode()}
+    (user,) = cfg["users"]
+    assert user == {"name": "system:serviceaccount:ns1:op", "user": {"token": "SA-TOKEN"}}
+    assert cfg["contexts"][0]["context"]["namespace"] == "ns1" and cfg["current-context"] == "op"
