@@ -74,6 +74,7 @@ def time_job(custom, core, ns: str, name: str, replicas: int, timeout: float = 6
             break
         time.sleep(0.1)
     st = custom.get_namespaced_custom_object("dpjob.io", "v1alpha1", ns, "dataparalleljobs", name).get("status", {})
+    delete_job(custom, core, ns, name)
     return {"replicas": replicas, "created_s": created, "running_s": running, "phase": st.get("phase")}
 
 
@@ -91,10 +92,18 @@ def time_rank_table(custom, core, ns: str, name: str, replicas: int, timeout: fl
             data = {}
         if json.loads(data.get("hccl.json", "{}")).get("status") == "completed":
             done = time.perf_counter()
+            delete_job(custom, core, ns, name)  # free the chips for the next size
             return {"pods": replicas, "table_after_last_running_s": round(done - (all_running or done), 3),
                     "apply_to_table_s": round(done - t0, 3)}
         time.sleep(0.05)
     return {"pods": replicas, "table_after_last_running_s": None}
+
+
+def delete_job(custom, core, ns: str, name: str) -> None:
+    custom.delete_namespaced_custom_object("dpjob.io", "v1alpha1", ns, "dataparalleljobs", name)
+    deadline = time.perf_counter() + 120
+    while count_pods(core, ns, name)[0] and time.perf_counter() < deadline:
+        time.sleep(0.2)
 
 
 def with_operator(env: dict[str, str], fn):

@@ -1,0 +1,35 @@
+"""The operator, run with the Helm chart's ServiceAccount token, reconciles a job end to end:
+the chart's RBAC is enough for everything the operator really does (not only what can-i says)."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from tests import dpj
+from tests.conftest import DEVCLUSTER, OperatorProcess
+from tests.helm_support import service_account_kubeconfig
+from tests.integration.test_helm import Installed, _fullname
+from tests.integration.test_operator import job_body
+
+pytestmark = pytest.mark.integration
+
+
+def test_operator_with_the_chart_service_account_runs_a_job(cluster, namespace, tmp_path, operator, api):
+    with Installed(cluster, namespace) as inst:
+        kubeconfig = service_account_kubeconfig(namespace, _fullname(inst.release), tmp_path / "sa.kubeconfig")
+        operator.stop()  # exactly one operator may own the job
+        sa_operator = OperatorProcess(kubeconfig, DEVCLUSTER / "logs" / "operator-sa.log")
+        try:
+            sa_operator.start()
+            dpj.create(api, namespace, job_body(replicas=2, annotations={"sim.dpjob.io/complete-after": "2s"}))
+            st = dpj.wait_phase(api, namespace, "train", "Succeeded", timeout=60)
+            assert st["succeededReplicas"] == 2
+            assert {"Accepted", "JobSucceeded"} <= {e["reason"] for e in dpj.events(namespace, "train")}
+            metrics = sa_operator.metrics()
+            forbidden = re.findall(r'rest_client_requests_total\{code="403",method="(\w+)"\} (\d+)', metrics)
+            assert not forbidden, f"the chart's RBAC refused: {forbidden}"
+        finally:
+            sa_operator.stop()
+            operator.start()
