@@ -291,7 +291,8 @@ def _rank_table_status(ctx: _Ctx, outcome: RankTableOutcome, gen: int) -> None:
     if not outcome.ready and outcome.reason.startswith("Invalid") and (not was or was.get("reason") != outcome.reason):
         ctx.events.append(Event("Warning", outcome.reason, outcome.message))
     ctx.cond("RankTableReady", outcome.ready, outcome.reason, outcome.message)
-    ctx.actions.append(ApplyRankTable(dict(outcome.files)))
+    # Before any pod creation: a kubelet holds a pod in ContainerCreating until its ConfigMap exists.
+    ctx.actions.insert(0, ApplyRankTable(dict(outcome.files)))
 
 
 def _on_failure(ctx: _Ctx, current: list[PodObservation], pod: PodObservation) -> None:
