@@ -1,0 +1,71 @@
+"""Waiting for the operator's rank table before joining the process group.
+
+The operator mounts the rank table (a ConfigMap) at ``RANK_TABLE_FILE`` as soon as the pod
+exists, but fills it only when every rank pod has an IP (design section 6); until then it reads
+``{"status": "initializing"}``. HCCL reads the file during communicator init, so initialising
+early would build a communicator from a half-written table. Hence: poll until ``status`` is
+``completed``, with a deadline and an error that says which file and what it last said.
+
+Pure of torch, and clock/sleep are injectable so tests run in milliseconds.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from typing import Any
+
+
+class RankTableTimeout(TimeoutError):
+    """The rank table never reached ``status: completed`` before the deadline."""
+
+
+def read_rank_table_status(path: str) -> tuple[str, dict[str, Any] | None]:
+    """Return (status as shown to the user, parsed table or None).
+
+    A missing or half-written file is a normal transient state (the ConfigMap volume is
+    updated asynchronously by the kubelet), so it is reported, not raised.
+    """
+    try:
+        with open(path, encoding="utf-8") as fh:
+            text = fh.read()
+    except FileNotFoundError:
+        return "<file missing>", None
+    except OSError as exc:
+        return f"<unreadable: {exc.strerror or exc}>", None
+    try:
+        table = json.loads(text)
+    except json.JSONDecodeError:
+        return "<not valid JSON yet>", None
+    if not isinstance(table, dict):
+        return "<not a JSON object>", None
+    status = table.get("status")
+    return (str(status) if status is not None else "<no status field>"), table
+
+
+def wait_for_rank_table(
+    path: str,
+    timeout: float = 600.0,
+    poll: float = 1.0,
+    *,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+) -> dict[str, Any]:
+    """Block until the JSON at ``path`` has ``status == "completed"``; return the table.
+
+    Raises RankTableTimeout naming the file and the last status seen once ``timeout`` seconds
+    have passed. A timeout of 0 checks exactly once.
+    """
+    deadline = clock() + timeout
+    while True:
+        status, table = read_rank_table_status(path)
+        if table is not None and status == "completed":
+            return table
+        remaining = deadline - clock()
+        if remaining <= 0:
+            raise RankTableTimeout(
+                f"rank table {path} did not reach status 'completed' within {timeout:g}s "
+                f"(last status seen: {status!r}); check that every rank pod got an IP, or raise --rank-table-timeout"
+            )
+        sleep(min(poll, remaining))

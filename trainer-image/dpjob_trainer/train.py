@@ -1,0 +1,490 @@
+"""The training loop: data-parallel SGD that provably equals single-device training.
+
+This module owns the order of events in one run: device and process group, task, resume,
+DDP wrap, the step loop (micro-batches, weighted loss, reduced gradients, update, stop
+agreement), checkpoints, the report and the JSON log lines. Argument parsing lives in
+__main__.py, the pure rules in env.py and sharding.py.
+
+Why each rank's loss is multiplied by ``num_real * world_size / window_real``: with DDP's mean
+all-reduce this makes the reduced gradient exactly the gradient of the mean loss over every
+real sample of the accumulation window, the same number a single device computes for the same
+global batch, including an uneven last batch and padding shards (weight 0).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import math
+import os
+import signal
+import sys
+import time
+from dataclasses import asdict, dataclass
+from typing import Any, TextIO
+
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel
+from torch.utils.data import DataLoader, default_collate
+
+from . import checkpoint
+from .distributed import CommHook, all_reduce_max, all_reduce_sum, init_process_group
+from .env import DistEnv, device_for, select_backend
+from .metrics import NullMetrics
+from .sharding import ShardPlan
+from .tasks import BatchedTensorDataset, Task, build_task, load_entrypoint
+
+EXIT_OK = 0
+EXIT_USAGE = 2  # configuration, environment, rendezvous or rank-table problem: fix and rerun
+EXIT_PREEMPTED = 143  # 128 + SIGTERM: checkpointed and stopped; a retryable failure for the operator
+
+
+class ConfigError(ValueError):
+    """A flag combination or checkpoint that cannot work; reported with exit code 2."""
+
+
+@dataclass
+class TrainConfig:
+    """Everything the loop needs from the command line. None means "the task's default"."""
+
+    task: str = "mlp"
+    entrypoint: str | None = None
+    steps: int | None = None
+    epochs: float | None = None
+    batch_size: int | None = None
+    lr: float | None = None
+    momentum: float = 0.0
+    weight_decay: float = 0.0
+    optimizer: str = "sgd"
+    seed: int = 0
+    grad_reduction: str = "mean"
+    grad_accum: int = 1
+    clip_grad_norm: float = 0.0
+    amp: bool = False
+    tail: str = "keep"
+    shuffle: bool | None = None
+    dataset_size: int | None = None
+    num_workers: int = 0
+    checkpoint_dir: str | None = None
+    checkpoint_every: int = 0
+    resume: bool = True
+    log_every: int = 10
+    report_dir: str | None = None
+    rendezvous_timeout: float = 900.0
+    collective_timeout: float = 1800.0
+
+
+@dataclass
+class StepResult:
+    """What one optimizer step produced on this rank (tensors stay on the device until logged)."""
+
+    loss_sum: torch.Tensor
+    window_real: int
+    local_samples: int = 0
+    data_wait: float = 0.0
+    comm_token: Any = None
+    epoch: int = 0
+    grad_norm: torch.Tensor | None = None
+
+
+@dataclass
+class RunStats:
+    """Totals of this process's run, for the report and the ``done`` line."""
+
+    initial_loss: float | None = None
+    final_loss: float | None = None
+    samples: int = 0
+    global_samples: int = 0
+    train_seconds: float = 0.0
+
+    def record(self, loss: float, samples: int, global_samples: int) -> None:
+        if self.initial_loss is None:
+            self.initial_loss = loss
+        self.final_loss = loss
+        self.samples += samples
+        self.global_samples += global_samples
+
+
+def emit(event: str, out: TextIO = sys.stdout, **fields: Any) -> None:
+    """One JSON object per line on stdout: what ``kubectl logs`` users grep and parse."""
+    out.write(json.dumps({"event": event, "time": round(time.time(), 3), **fields}) + "\n")
+    out.flush()
+
+
+def param_sha256(model: torch.nn.Module) -> str:
+    """sha256 over all parameters as float32 bytes in ``parameters()`` order: equal iff identical."""
+    digest = hashlib.sha256()
+    for p in model.parameters():
+        digest.update(p.detach().to("cpu", torch.float32).contiguous().numpy().tobytes())
+    return digest.hexdigest()
+
+
+class StopFlag:
+    """Set by SIGTERM; acted on only at a step boundary so every rank stops at the same step."""
+
+    def __init__(self) -> None:
+        self.requested = False
+
+    def install(self) -> None:
+        signal.signal(signal.SIGTERM, self._handle)
+
+    def _handle(self, signum: int, frame: Any) -> None:
+        self.requested = True
+
+
+def _npu_available() -> bool:
+    try:
+        import torch_npu  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def _device_count(backend: str) -> int:
+    if backend == "nccl":
+        return torch.cuda.device_count()
+    if backend == "hccl":
+        return torch.npu.device_count()  # type: ignore[attr-defined]
+    return 0
+
+
+def _identity(batch: Any) -> Any:
+    return batch
+
+
+def _to_device(obj: Any, device: torch.device) -> Any:
+    if isinstance(obj, torch.Tensor):
+        return obj.to(device, non_blocking=True)
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(_to_device(o, device) for o in obj)
+    if isinstance(obj, dict):
+        return {k: _to_device(v, device) for k, v in obj.items()}
+    return obj
+
+
+class _ShardBatchSampler:
+    """Feeds DataLoader this rank's micro-batches from ``start`` on, forever (the loop stops it)."""
+
+    def __init__(self, plan: ShardPlan, start: int) -> None:
+        self.plan, self.start = plan, start
+
+    def __iter__(self) -> Any:
+        m = self.start
+        while True:
+            yield list(self.plan.micro_batch(m).indices)
+            m += 1
+
+
+def _autocast(device: torch.device, enabled: bool) -> contextlib.AbstractContextManager[Any]:
+    if not enabled:
+        return contextlib.nullcontext()
+    return torch.autocast(device_type=device.type, dtype=torch.bfloat16)
+
+
+def _amp_supported(device: torch.device) -> bool:
+    if device.type == "cuda":
+        return torch.cuda.is_bf16_supported()
+    if device.type in ("cpu", "npu"):
+        return True
+    return False
+
+
+def _grad_norm(params: list[torch.nn.Parameter], clip: float) -> torch.Tensor:
+    grads = [p.grad for p in params if p.grad is not None]
+    if not grads:
+        return torch.zeros(())
+    if clip > 0:
+        return torch.nn.utils.clip_grad_norm_(params, clip)
+    get_total_norm = getattr(torch.nn.utils, "get_total_norm", None)
+    if get_total_norm is not None:  # torch >= 2.6: norm without touching the gradients
+        return get_total_norm(grads)
+    return torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in grads]))
+
+
+class Trainer:
+    """One rank's run. ``run()`` returns the process exit code."""
+
+    def __init__(self, cfg: TrainConfig, env: DistEnv, metrics: NullMetrics, stop: StopFlag, out: TextIO = sys.stdout):
+        self.cfg, self.env, self.metrics, self.stop, self.out = cfg, env, metrics, stop, out
+
+    def log(self, event: str, **fields: Any) -> None:
+        emit(event, self.out, rank=self.env.rank, **fields)
+
+    # ---- setup -------------------------------------------------------------------------------
+    def _setup_device(self) -> None:
+        env = self.env
+        self.backend = select_backend(
+            env.requested_backend, cuda_available=torch.cuda.is_available(), npu_available=_npu_available()
+        )
+        self.device = torch.device(device_for(self.backend, env.local_rank, device_count=_device_count(self.backend)))
+        if self.device.type == "cuda":
+            torch.cuda.set_device(self.device)
+        elif self.device.type == "npu":
+            torch.npu.set_device(self.device)  # type: ignore[attr-defined]
+        if env.distributed:
+            init_process_group(
+                env, self.backend, rendezvous_timeout=self.cfg.rendezvous_timeout, collective_timeout=self.cfg.collective_timeout
+            )
+
+    def _build_task(self) -> Task:
+        cfg = self.cfg
+        if cfg.entrypoint:
+            return load_entrypoint(cfg.entrypoint, seed=cfg.seed)
+        return build_task(cfg.task, seed=cfg.seed, dataset_size=cfg.dataset_size, world_size=self.env.world_size)
+
+    def _resolve(self, task: Task) -> None:
+        cfg, d = self.cfg, task.defaults
+        self.batch_size = cfg.batch_size or d.get("batch_size", 32)
+        self.lr = cfg.lr if cfg.lr is not None else d.get("lr", 0.01)
+        self.shuffle = cfg.shuffle if cfg.shuffle is not None else d.get("shuffle", True)
+        if cfg.grad_accum < 1:
+            raise ConfigError(f"--grad-accum must be >= 1, got {cfg.grad_accum}")
+        if cfg.tail not in ("keep", "drop"):
+            raise ConfigError(f"--tail must be keep or drop, got {cfg.tail!r}")
+        try:
+            self.plan = ShardPlan(
+                len(task.dataset), self.env.world_size, self.env.rank, self.batch_size, accum=cfg.grad_accum,
+                seed=cfg.seed, shuffle=self.shuffle, drop_tail=cfg.tail == "drop",
+            )  # fmt: skip
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from exc
+        if cfg.epochs is not None:
+            self.total_steps = math.ceil(cfg.epochs * self.plan.steps_per_epoch)
+        else:
+            self.total_steps = cfg.steps if cfg.steps is not None else d.get("steps", 100)
+        if self.total_steps < 0:
+            raise ConfigError(f"--steps must be >= 0, got {self.total_steps}")
+
+    def _make_optimizer(self, model: torch.nn.Module) -> torch.optim.Optimizer:
+        cfg = self.cfg
+        if cfg.optimizer == "sgd":
+            return torch.optim.SGD(model.parameters(), lr=self.lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay)
+        if cfg.optimizer == "adamw":
+            return torch.optim.AdamW(model.parameters(), lr=self.lr, weight_decay=cfg.weight_decay)
+        raise ConfigError(f"--optimizer must be sgd or adamw, got {cfg.optimizer!r}")
+
+    def _loader(self, dataset: Any, start_micro_batch: int) -> Any:
+        # A second plan instance: DataLoader may prefetch across an epoch boundary while the loop
+        # still needs the previous epoch's order.
+        sampler_plan = ShardPlan(
+            self.plan.dataset_size, self.plan.num_shards, self.plan.shard_id, self.plan.batch_size,
+            accum=self.plan.accum, seed=self.plan.seed, shuffle=self.plan.shuffle, drop_tail=self.plan.drop_tail,
+        )  # fmt: skip
+        collate = _identity if isinstance(dataset, BatchedTensorDataset) else default_collate
+        loader = DataLoader(
+            dataset,
+            batch_sampler=_ShardBatchSampler(sampler_plan, start_micro_batch),  # type: ignore[arg-type]
+            collate_fn=collate,
+            num_workers=self.cfg.num_workers,
+            pin_memory=self.device.type == "cuda",
+        )
+        return iter(loader)
+
+    # ---- checkpoints -------------------------------------------------------------------------
+    def _resume(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer, task: Task) -> int:
+        cfg = self.cfg
+        state = checkpoint.load_checkpoint(cfg.checkpoint_dir) if cfg.checkpoint_dir and cfg.resume else None
+        step = int(state["step"]) if state else 0
+        if self.env.distributed:
+            agree = torch.tensor([step, -step], dtype=torch.float64, device=self.device)
+            all_reduce_max(agree)
+            high, low = int(agree[0].item()), -int(agree[1].item())
+            if high != low:
+                raise ConfigError(
+                    f"ranks found different checkpoints in --checkpoint-dir {cfg.checkpoint_dir} (steps {low}..{high}); "
+                    f"it must be one volume shared by every rank pod"
+                )
+        if state is None:
+            return 0
+        if state.get("task") != task.name:
+            raise ConfigError(
+                f"the checkpoint in {cfg.checkpoint_dir} is for task {state.get('task')!r}, not {task.name!r}; "
+                f"use a fresh --checkpoint-dir"
+            )
+        if state.get("global_batch_size") != self.plan.window_size:
+            self.log("warning", message=(
+                f"checkpoint was written with global batch {state.get('global_batch_size')}, now "
+                f"{self.plan.window_size}: the data order after resume differs from an uninterrupted run"
+            ))  # fmt: skip
+        model.load_state_dict(state["model"])
+        optimizer.load_state_dict(state["optimizer"])
+        torch.set_rng_state(state["rng_cpu"])
+        return step
+
+    def _save(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer, task: Task, step: int, reason: str) -> None:
+        if not self.cfg.checkpoint_dir:
+            return
+        started = time.perf_counter()
+        if self.env.rank == 0:
+            checkpoint.save_checkpoint(self.cfg.checkpoint_dir, {
+                "step": step,
+                "task": task.name,
+                "seed": self.cfg.seed,
+                "world_size": self.env.world_size,
+                "global_batch_size": self.plan.window_size,
+                "model": model.state_dict(),
+                "optimizer": optimizer.state_dict(),
+                "rng_cpu": torch.get_rng_state(),
+            })  # fmt: skip
+        # Everyone waits for the file: otherwise a rank that exits first (preemption) can make the
+        # operator tear the gang down while rank 0 is still writing. Costs nothing extra, because
+        # the other ranks would wait for rank 0 at the next all-reduce anyway.
+        all_reduce_sum(torch.zeros(1, device=self.device)).item()
+        duration = time.perf_counter() - started
+        self.metrics.observe_checkpoint(duration)
+        self.log("checkpoint", step=step, reason=reason, seconds=round(duration, 4), dir=self.cfg.checkpoint_dir)
+
+    # ---- one optimizer step --------------------------------------------------------------------
+    def _step(
+        self, train_model: torch.nn.Module, task: Task, hook: CommHook | None, batches: Any, step: int, params: list[Any]
+    ) -> StepResult:
+        """Forward/backward over the step's micro-batches with reduced gradients, then update."""
+        accum, world = self.cfg.grad_accum, self.env.world_size
+        window_real = self.plan.window_real(step)
+        result = StepResult(loss_sum=torch.zeros((), device=self.device), window_real=window_real)
+        for j in range(accum):
+            waited = time.perf_counter()
+            inputs, targets = _to_device(next(batches), self.device)
+            result.data_wait += time.perf_counter() - waited
+            mb = self.plan.micro_batch(step * accum + j)
+            result.epoch = mb.epoch
+            # See the module docstring: makes the reduced gradient the exact global mean.
+            weight = mb.num_real * world / window_real
+            last = j == accum - 1
+            sync = contextlib.nullcontext() if last or hook is None else train_model.no_sync()  # type: ignore[operator]
+            with sync:
+                with _autocast(self.device, self.amp):
+                    loss = task.loss_fn(train_model(inputs), targets)
+                if hook is not None and last:
+                    hook.start_backward()
+                (loss * weight).backward()
+                if hook is not None and last:
+                    result.comm_token = hook.end_backward()
+            result.loss_sum += loss.detach().float() * weight
+            result.local_samples += mb.num_real
+        result.grad_norm = _grad_norm(params, self.cfg.clip_grad_norm)
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        return result
+
+    def _loop(
+        self, train_model: torch.nn.Module, model: torch.nn.Module, optimizer: torch.optim.Optimizer, task: Task,
+        hook: CommHook | None, batches: Any, start_step: int,
+    ) -> tuple[int, bool, RunStats]:
+        """Steps until done or until any rank got SIGTERM; returns (step reached, preempted, stats)."""
+        cfg, world = self.cfg, self.env.world_size
+        params = [p for p in model.parameters() if p.requires_grad]
+        stats = RunStats()
+        interval_start, interval_samples = time.perf_counter(), 0
+        step = start_step
+        loop_started = time.perf_counter()
+        while step < self.total_steps:
+            started = time.perf_counter()
+            r = self._step(train_model, task, hook, batches, step, params)
+            # One small all-reduce per step carries the loss (for the gauge and logs) and the stop
+            # vote: if any rank got SIGTERM, every rank stops after this same step.
+            votes = torch.stack([r.loss_sum, torch.tensor(float(self.stop.requested), device=self.device)])
+            loss_total, stop_votes = all_reduce_sum(votes).tolist()
+            loss = loss_total / world
+            step += 1
+            stats.record(loss, r.local_samples, r.window_real)
+            interval_samples += r.window_real
+            now = time.perf_counter()
+            lr = optimizer.param_groups[0]["lr"]
+            grad_norm = float(r.grad_norm.item())
+            self.metrics.observe_step(
+                duration=now - started, samples=r.local_samples, data_wait=r.data_wait,
+                comm_exposed=CommHook.exposed_seconds(r.comm_token), loss=loss, learning_rate=lr,
+                grad_norm=grad_norm, epoch=r.epoch, timestamp=time.time(),
+            )  # fmt: skip
+            if cfg.log_every > 0 and (step % cfg.log_every == 0 or step == self.total_steps):
+                self.log(
+                    "step", step=step, epoch=r.epoch, loss=loss, lr=lr, grad_norm=grad_norm,
+                    samples_per_second=round(interval_samples / max(now - interval_start, 1e-9), 2),
+                    step_seconds=round(now - started, 6),
+                )  # fmt: skip
+                interval_start, interval_samples = now, 0
+            if stop_votes > 0 and step < self.total_steps:  # on the last step, just finish normally
+                stats.train_seconds = time.perf_counter() - loop_started
+                self._save(model, optimizer, task, step, reason="sigterm")
+                return step, True, stats
+            if cfg.checkpoint_every > 0 and step % cfg.checkpoint_every == 0 and step < self.total_steps:
+                self._save(model, optimizer, task, step, reason="periodic")
+        stats.train_seconds = time.perf_counter() - loop_started
+        return step, False, stats
+
+    def _report(
+        self, model: torch.nn.Module, task: Task, amp: bool, step: int, start_step: int, preempted: bool, stats: RunStats
+    ) -> dict[str, Any]:
+        """The per-rank report; written to ``--report`` when given."""
+        cfg, env = self.cfg, self.env
+        report = {
+            "rank": env.rank, "world_size": env.world_size, "backend": self.backend, "task": task.name,
+            "steps": step, "steps_this_run": step - start_step, "resumed_from_step": start_step,
+            "samples": stats.samples, "global_samples": stats.global_samples, "train_seconds": stats.train_seconds,
+            "initial_loss": stats.initial_loss, "final_loss": stats.final_loss,
+            "param_sha256": param_sha256(model), "grad_reduction": cfg.grad_reduction, "grad_accum": cfg.grad_accum,
+            "batch_size": self.batch_size, "lr": self.lr, "amp": amp, "preempted": preempted,
+            "config": asdict(cfg),
+        }  # fmt: skip
+        if task.name == "linear":
+            report["weights"] = [float(v) for v in model.w.detach().cpu().flatten()]  # type: ignore[union-attr]
+        if cfg.report_dir:
+            path = os.path.join(cfg.report_dir, f"report-rank{env.rank}.json")
+            checkpoint.atomic_write(path, lambda fh: fh.write(json.dumps(report, indent=2).encode()))
+        return report
+
+    # ---- the run -----------------------------------------------------------------------------
+    def run(self) -> int:
+        cfg, env = self.cfg, self.env
+        self._setup_device()
+        task = self._build_task()
+        self._resolve(task)
+        model = task.model.to(self.device)
+        optimizer = self.optimizer = self._make_optimizer(model)
+        start_step = self._resume(model, optimizer, task)
+        amp = self.amp = cfg.amp and _amp_supported(self.device)
+        if cfg.amp and not amp:
+            self.log("warning", message=f"--amp: bf16 autocast is not supported on {self.device}; training in float32")
+
+        hook: CommHook | None = None
+        train_model: torch.nn.Module = model
+        if env.distributed:
+            # DDP broadcasts rank 0's parameters here: the second guarantee (after the shared seed)
+            # that every rank starts identical.
+            device_ids = [self.device.index] if self.device.type in ("cuda", "npu") else None
+            train_model = DistributedDataParallel(model, device_ids=device_ids)
+            hook = CommHook(reduction=cfg.grad_reduction, world_size=env.world_size, device=self.device)
+            train_model.register_comm_hook(None, hook.allreduce)
+        elif cfg.grad_reduction not in ("mean", "sum"):
+            raise ConfigError(f"--grad-reduction must be mean or sum, got {cfg.grad_reduction!r}")
+
+        self.metrics.set_info(
+            world_size=str(env.world_size), backend=self.backend, torch_version=torch.__version__,
+            task=task.name, rank=str(env.rank),
+        )  # fmt: skip
+        self.log(
+            "start", world_size=env.world_size, local_rank=env.local_rank, backend=self.backend, device=str(self.device),
+            task=task.name, job=env.job_name, restart_count=env.restart_count, start_step=start_step,
+            total_steps=self.total_steps, batch_size=self.batch_size, global_batch_size=self.plan.window_size,
+            grad_accum=cfg.grad_accum, grad_reduction=cfg.grad_reduction, lr=self.lr, amp=amp, tail=cfg.tail,
+            dataset_size=self.plan.dataset_size, steps_per_epoch=self.plan.steps_per_epoch,
+        )  # fmt: skip
+
+        batches = self._loader(task.dataset, start_step * cfg.grad_accum)
+        self.stop.install()
+        step, preempted, stats = self._loop(train_model, model, optimizer, task, hook, batches, start_step)
+        if not preempted and cfg.checkpoint_dir and step > start_step:
+            # A pod restarted after success resumes here and exits at once instead of retraining.
+            self._save(model, optimizer, task, step, reason="final")
+        report = self._report(model, task, amp, step, start_step, preempted, stats)
+        self.log(
+            "done", steps=step, final_loss=report["final_loss"], param_sha256=report["param_sha256"], preempted=preempted,
+            train_seconds=round(stats.train_seconds, 6),
+            samples_per_second=round(stats.global_samples / max(stats.train_seconds, 1e-9), 2),
+        )  # fmt: skip
+        if dist.is_available() and dist.is_initialized():
+            dist.destroy_process_group()
+        return EXIT_PREEMPTED if preempted else EXIT_OK
