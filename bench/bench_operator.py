@@ -116,6 +116,9 @@ def with_operator(env: dict[str, str], fn):
 
 
 def main() -> int:
+    import signal
+
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # run the finally blocks: stop our operator
     parser = argparse.ArgumentParser()
     parser.add_argument("--sizes", default="64,512")
     parser.add_argument("--table-sizes", default="8,128")

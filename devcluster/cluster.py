@@ -39,7 +39,7 @@ POD_CIDR = os.environ.get("DPJOB_POD_CIDR", "10.244.0.0/16")  # 65k pod IPs: roo
 # Components started in this order and stopped in reverse.
 # The last three are started by devcluster/stack.py (make dev, e2e tests) and stopped here first.
 COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok", "ascend-device-plugin",
-              "nodeagent", "operator", "prometheus")
+              "nodeagent", "operator", "prometheus-sd", "prometheus")
 
 
 @dataclass(frozen=True)

@@ -108,7 +108,8 @@ class OperatorProcess:
                "DPJOB_RESYNC_SECONDS": "5", **self.extra_env}
         logf = open(self.log_path, "ab")
         self.proc = subprocess.Popen([sys.executable, "-m", "dpjob_operator"], env=env, stdout=logf,
-                                     stderr=subprocess.STDOUT, cwd=REPO, start_new_session=True)
+                                     stderr=subprocess.STDOUT, cwd=REPO, start_new_session=True,
+                                     preexec_fn=_die_with_parent)
         wait_for("operator /healthz", self._healthy, timeout=60)
 
     def _healthy(self) -> bool:
@@ -141,6 +142,14 @@ class OperatorProcess:
 
         with urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=5) as r:
             return r.read().decode()
+
+
+def _die_with_parent() -> None:
+    """An operator left behind by a killed test run would race the next one: tie it to us."""
+    import ctypes
+    import signal
+
+    ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
 
 
 def _free_port() -> int:

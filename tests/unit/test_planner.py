@@ -228,3 +228,9 @@ def test_stale_generation_pods_are_deleted():
     p = plan(JobBuilder(), {"phase": "Running", "restarts": 2}, [pod(0, restart=2), pod(1, restart=2),
                                                                  pod(1, restart=1, job="train")])
     assert "train-rank-1" in deleted(p)
+
+
+def test_ranks_that_finish_first_keep_the_job_running():
+    p = plan(JobBuilder(), {"phase": "Running", "restarts": 0}, [pod(0), pod(1, "Succeeded")])
+    assert p.status["phase"] == "Running" and "1/2 rank(s) finished" in p.status["message"]
+    assert not p.events

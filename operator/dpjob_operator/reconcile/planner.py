@@ -268,7 +268,11 @@ def _converge(ctx: _Ctx, current: list[PodObservation], all_pods: Sequence[PodOb
     if rank_table is not None:
         _rank_table_status(ctx, rank_table, gen)
 
-    if len(running) == spec.replicas:
+    finished = [p for p in live if p.phase == "Succeeded"]
+    if running and len(running) + len(finished) == spec.replicas and ctx.old.get("phase") == "Running":
+        # Some ranks finished first (AllRanks waits for the rest): still Running, not a regression.
+        ctx.status["message"] = f"{len(finished)}/{spec.replicas} rank(s) finished, {len(running)} still running"
+    elif len(running) == spec.replicas:
         ctx.cond("Running", True, "AllRanksRunning", f"all {spec.replicas} rank(s) are running")
         if ctx.old.get("phase") == "Restarting":
             ctx.cond("Restarting", False, "Recovered", f"the gang of restart {gen} is running")
