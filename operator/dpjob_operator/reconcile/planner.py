@@ -281,7 +281,8 @@ def _converge(ctx: _Ctx, current: list[PodObservation], all_pods: Sequence[PodOb
     elif ctx.status.get("phase") == "Restarting":
         ctx.status["message"] = f"restart {gen}: {len(running)}/{spec.replicas} rank(s) running"
     elif all_created:
-        ctx.phase("Created", "PodsCreated", f"{len(running)}/{spec.replicas} rank(s) running")
+        ctx.phase("Created", "PodsCreated",
+                  f"all {spec.replicas} rank pod(s) created, {len(running)}/{spec.replicas} running")
     else:
         ctx.phase("Pending", "Accepted", f"creating {spec.replicas} rank pod(s), world size {spec.world_size}")
 
