@@ -168,7 +168,15 @@ def crds(cluster: Path) -> None:
 
 @pytest.fixture(scope="session")
 def operator(cluster: Path, crds) -> Iterator[OperatorProcess]:
-    """One operator for the session; tests in their own namespaces share it."""
+    """One operator for the session; tests in their own namespaces share it.
+
+    A ``make dev`` operator watches every namespace too and would race this one: stop it first.
+    """
+    from devcluster import stack
+
+    dev_operator = stack.existing("operator")
+    if dev_operator is not None:
+        dev_operator.stop()
     logs = DEVCLUSTER / "logs"
     logs.mkdir(parents=True, exist_ok=True)
     op = OperatorProcess(cluster, logs / "operator-test.log")
