@@ -14,7 +14,7 @@ import time
 from collections import deque
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import BinaryIO, Callable, Optional
+from typing import Callable, Optional
 from urllib.parse import parse_qs, unquote, urlparse
 
 log = logging.getLogger("nodeagent.logs")

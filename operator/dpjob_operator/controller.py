@@ -74,7 +74,7 @@ class Controller:
         key = (meta.get("namespace", ""), meta.get("name", ""))
         if event_type == "DELETED":
             self.jobs.pop(key, None)
-            self._forget(meta.get("uid", ""))
+            self._forget(key, meta.get("uid", ""))
             return
         known = self.jobs.get(key)
         if known is not None and (known.get("metadata") or {}).get("uid") == meta.get("uid") \
@@ -100,13 +100,16 @@ class Controller:
             metrics.WORKQUEUE_ADDS.labels(metrics.CONTROLLER).inc()
             metrics.WORKQUEUE_DEPTH.labels(metrics.CONTROLLER).set(self._queue.qsize())
 
-    def _forget(self, uid: str) -> None:
+    def _forget(self, key: JobKey, uid: str) -> None:
+        """Drop every per-job memo of a deleted job, so a long-lived operator does not grow."""
         self._services.discard(uid)
-        for k in [k for k in self._tables if k[0] == uid]:
-            del self._tables[k]
-        for store in (self._gang_start,):
+        for memo in (self._spec_errors, self._create_errors, self._failures):
+            memo.pop(key, None)
+        for store in (self._tables, self._gang_start):
             for k in [k for k in store if k[0] == uid]:
                 del store[k]
+        for gangs in (self._gang_created, self._gang_running):
+            gangs.difference_update({g for g in gangs if g[0] == uid})
 
     # ---- lifecycle ------------------------------------------------------------------------
 
@@ -137,15 +140,14 @@ class Controller:
                 requeue = await self.reconcile(key)
                 self._failures.pop(key, None)
                 metrics.RECONCILE_TOTAL.labels(metrics.CONTROLLER, "success").inc()
+            except ApiException as e:
+                if not _namespace_terminating(e):
+                    requeue = self._on_error(key, e)
+                else:  # the job and its namespace are going away: nothing to fix, nothing to shout about
+                    metrics.RECONCILE_TOTAL.labels(metrics.CONTROLLER, "requeue").inc()
+                    requeue = self.cfg.resync_seconds
             except Exception as e:  # noqa: BLE001 - one bad job must not stop the others
-                failures = self._failures.get(key, 0) + 1
-                self._failures[key] = failures
-                requeue = min(0.5 * 2 ** failures, 60.0)
-                metrics.RECONCILE_ERRORS.labels(metrics.CONTROLLER).inc()
-                metrics.RECONCILE_TOTAL.labels(metrics.CONTROLLER, "error").inc()
-                detail = f"{e.status} {_api_message(e.body)}" if isinstance(e, ApiException) else str(e)
-                log.warning("reconcile of %s/%s failed (%s); retrying in %.1fs", *key, detail, requeue,
-                            exc_info=not isinstance(e, (ApiException, RuntimeError)))
+                requeue = self._on_error(key, e)
             finally:
                 metrics.RECONCILE_TIME.labels(metrics.CONTROLLER).observe(time.perf_counter() - started)
                 self._active.discard(key)
@@ -154,6 +156,18 @@ class Controller:
                     self.enqueue(key)
                 elif requeue is not None and key in self.jobs:
                     self.enqueue(key, requeue)
+
+    def _on_error(self, key: JobKey, e: Exception) -> float:
+        """Count the error and back off exponentially per job (client-go's per-item limiter)."""
+        failures = self._failures.get(key, 0) + 1
+        self._failures[key] = failures
+        metrics.RECONCILE_ERRORS.labels(metrics.CONTROLLER).inc()
+        metrics.RECONCILE_TOTAL.labels(metrics.CONTROLLER, "error").inc()
+        delay = min(0.5 * 2 ** failures, 60.0)
+        detail = f"{e.status} {_api_message(e.body)}" if isinstance(e, ApiException) else str(e)
+        log.warning("reconcile of %s/%s failed (%s); retrying in %.1fs", *key, detail, delay,
+                    exc_info=not isinstance(e, (ApiException, RuntimeError)))
+        return delay
 
     # ---- one pass ---------------------------------------------------------------------------
 
@@ -195,14 +209,11 @@ class Controller:
 
     async def _write_status(self, key: JobKey, body: dict[str, Any], status: dict[str, Any]) -> None:
         meta = body["metadata"]
-        await self._run(self.kube.patch_job_status, meta["namespace"], meta["name"], status)
-        # Hold our own write so the next pass does not plan from an older status.
-        updated = dict(body)
-        updated["status"] = status
-        updated["metadata"] = dict(meta)
-        updated["metadata"]["resourceVersion"] = str(_rv(body) + 1)
+        stored = await self._run(self.kube.patch_job_status, meta["namespace"], meta["name"], status)
+        # Hold the server's answer so the next pass does not plan from an older status
+        # (the watch event for this write may arrive after the next pass starts).
         if self.jobs.get(key) is body:
-            self.jobs[key] = updated
+            self.jobs[key] = stored
 
     async def _execute(self, job: Job, body: dict[str, Any], plan: Plan) -> None:
         gen = int(plan.status.get("restarts", 0))
@@ -257,6 +268,8 @@ class Controller:
                 metrics.TIME_TO_CREATED.observe(time.monotonic() - self._gang_start[gang])
             return
         first = errors[0]
+        if isinstance(first, ApiException) and _namespace_terminating(first):
+            raise first  # not the user's template: the namespace is going away
         detail = getattr(first, "body", None) or str(first)
         if isinstance(first, ApiException) and first.status in (400, 403, 422):
             # The cluster refused the pod (quota, admission, invalid template): tell the user.
@@ -299,6 +312,11 @@ class Controller:
             metrics.TIME_TO_RUNNING.observe(time.monotonic() - self._gang_start[gang])
         if new_phase == "Restarting" and old.get("phase") != "Restarting":
             self._gang_start.setdefault(gang, time.monotonic())
+
+
+def _namespace_terminating(e: ApiException) -> bool:
+    return e.status == 403 and b"NamespaceTerminating" in (e.body if isinstance(e.body, bytes) else
+                                                         str(e.body or "").encode())
 
 
 def _api_message(detail: Any) -> str:

@@ -153,9 +153,11 @@ class KubeClient:
 
     # ---- the job --------------------------------------------------------------------------
 
-    def patch_job_status(self, namespace: str, name: str, status: Mapping[str, Any]) -> None:
-        self._call("PATCH", self.custom.patch_namespaced_custom_object_status, c.GROUP, c.VERSION, namespace,
-                   c.PLURAL, name, {"status": status}, _preload_content=False)
+    def patch_job_status(self, namespace: str, name: str, status: Mapping[str, Any]) -> dict[str, Any]:
+        """Merge-patch the status subresource; returns the job as the server stored it."""
+        resp = self._call("PATCH", self.custom.patch_namespaced_custom_object_status, c.GROUP, c.VERSION,
+                          namespace, c.PLURAL, name, {"status": status}, _preload_content=False)
+        return json.loads(resp.data)
 
     def delete_job(self, namespace: str, name: str) -> None:
         try:

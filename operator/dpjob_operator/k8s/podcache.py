@@ -38,7 +38,6 @@ class PodCache:
         self._namespaces = namespaces or (None,)
         self._lock = threading.Lock()
         self._by_job: dict[JobKey, dict[str, PodObservation]] = {}
-        self._job_of_pod: dict[tuple[str, str], JobKey] = {}
         self._stop = threading.Event()
         self._synced = [threading.Event() for _ in self._namespaces]
         self._threads: list[threading.Thread] = []
@@ -70,14 +69,12 @@ class PodCache:
             pods = self._by_job.setdefault(key, {})
             if event_type == "DELETED":
                 pods.pop(name, None)
-                self._job_of_pod.pop((ns, name), None)
                 if not pods:
                     self._by_job.pop(key, None)
             else:
                 obs = observe_pod(pod)
                 if obs is not None:
                     pods[name] = obs
-                    self._job_of_pod[(ns, name)] = key
         return key
 
     def _replace_namespace(self, namespace: str | None, items: list[dict]) -> set[JobKey]:
@@ -86,8 +83,6 @@ class PodCache:
         with self._lock:
             for key in [k for k in self._by_job if namespace is None or k[0] == namespace]:
                 touched.add(key)
-                for pod_name in self._by_job[key]:
-                    self._job_of_pod.pop((key[0], pod_name), None)
                 del self._by_job[key]
         for pod in items:
             key = self._apply("ADDED", pod)
