@@ -67,6 +67,14 @@ def reports(namespace: str, name: str) -> list[dict]:
     return [json.loads(p.read_text()) for p in sorted((workdir(namespace, name) / "report").glob("report-rank*.json"))]
 
 
+def last_instant_with(url: str, promql: str, start: float, end: float) -> float:
+    """The latest evaluation time in [start, end] at which ``promql`` returned data."""
+    series = promsupport.query_range(url, promql, start, end, step="1s")
+    stamps = [float(t) for s in series for t, _ in s["values"]]
+    assert stamps, f"{promql} never had data between {start:.0f} and {end:.0f}"
+    return max(stamps)
+
+
 def test_quickstart_trains_to_success_and_is_observed_by_prometheus(api, namespace, operator, agent, prom):
     job = stack.run_on_agent(yaml.safe_load((REPO / "examples" / "quickstart-cpu.yaml").read_text()))
     dpj.create(api, namespace, job)
@@ -87,15 +95,19 @@ def test_quickstart_trains_to_success_and_is_observed_by_prometheus(api, namespa
     assert {s["metric"]["dpjob_rank"] for s in series} == {"0", "1"}
     assert max(float(s["value"][1]) for s in series) == 300
 
-    # Every panel query of both dashboards returns data for this run (issue 6).
-    at = min(time.time(), running_at + 20)
+    # Every panel query of both dashboards returns data for this run (issue 6). Evaluate them at
+    # the last instant both ranks were being scraped: once the pods finish, their series go stale,
+    # and how long the run lasted depends on the machine.
+    url = f"http://127.0.0.1:{prom}"
+    at = last_instant_with(url, f'count(dpjob_trainer_info{{namespace="{namespace}"}}) == 2',
+                           start=running_at - 60, end=time.time())
     empty = []
     for dashboard, title, expr in promsupport.dashboard_queries(
             values={"namespace": namespace, "job": "quickstart", "operator": "dpjob-operator",
                     "__rate_interval": "1m", "__interval": "5s"}):
-        result = promsupport.query(f"http://127.0.0.1:{prom}", expr, at)
+        result = promsupport.query(url, expr, at)
         if not result:
-            result = promsupport.query(f"http://127.0.0.1:{prom}", expr)
+            result = promsupport.query(url, expr)
         if not result:
             empty.append(f"{dashboard} / {title}: {expr}")
     assert not empty, "panels without data:\n" + "\n".join(empty)
