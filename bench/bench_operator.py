@@ -3,7 +3,9 @@
 Measures, side by side in one run:
   1. apply -> all rank pods created and -> all ranks Running, for 64 and 512 ranks, with the
      default parallel creation (concurrency 32) against sequential creation (concurrency 1, the
-     way Kubeflow v1 creates pods), reporting the ratio;
+     way Kubeflow v1 creates pods), reporting the ratio; and the default (gang-scheduled through a
+     PodGroup when the cluster serves the API) against gang scheduling disabled, so the price of
+     all-or-nothing placement is a number;
   2. last rank Running -> rank table ConfigMap completed, for 8 and 128 NPU pods (issue 4).
 
 Run: `make bench` or `KUBECONFIG=.devcluster/kubeconfig python bench/bench_operator.py [--sizes 64,512]`.
@@ -131,7 +133,8 @@ def main() -> int:
     sizes = [int(s) for s in args.sizes.split(",")]
     results: dict = {"scale": [], "ranktable": []}
     for label, env in (("parallel(32)", {"DPJOB_CREATE_CONCURRENCY": "32"}),
-                       ("sequential(1)", {"DPJOB_CREATE_CONCURRENCY": "1"})):
+                       ("sequential(1)", {"DPJOB_CREATE_CONCURRENCY": "1"}),
+                       ("no-gang(32)", {"DPJOB_CREATE_CONCURRENCY": "32", "DPJOB_GANG_SCHEDULING": "disabled"})):
         ns = f"bench-{int(time.time())}"
         core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=ns)))
         try:
@@ -158,6 +161,9 @@ def main() -> int:
         seq = next(r for r in results["scale"] if r["replicas"] == n and r["mode"].startswith("sequential"))
         if par["created_s"] and seq["created_s"]:
             print(f"ratio sequential/parallel, {n} ranks, time to all created: {seq['created_s'] / par['created_s']:.2f}x")
+        flat = next(r for r in results["scale"] if r["replicas"] == n and r["mode"].startswith("no-gang"))
+        if par["running_s"] and flat["running_s"]:
+            print(f"ratio gang/no-gang, {n} ranks, time to all Running: {par['running_s'] / flat['running_s']:.2f}x")
     print(f"\n{'NPU pods':>8s} {'last Running -> table completed (s)':>36s} {'apply -> table (s)':>20s}")
     for row in results["ranktable"]:
         print(f"{row['pods']:8d} {row['table_after_last_running_s']!s:>36s} {row.get('apply_to_table_s')!s:>20s}")

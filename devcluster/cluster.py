@@ -36,6 +36,10 @@ ETCD_PEER_PORT = ETCD_CLIENT_PORT + 10
 APISERVER_PORT = int(os.environ.get("DPJOB_APISERVER_PORT", "16443"))
 SERVICE_CIDR = "10.96.0.0/16"
 POD_CIDR = os.environ.get("DPJOB_POD_CIDR", "10.244.0.0/16")  # 65k pod IPs: room for thousands of pods
+# Kubernetes' own gang scheduling (Workload and PodGroup, scheduling.k8s.io/v1alpha2; alpha in 1.35+).
+# DPJOB_GANG_SCHEDULING=0 brings the cluster up without it, like most clusters today.
+GANG_SCHEDULING = os.environ.get("DPJOB_GANG_SCHEDULING", "1") not in ("0", "false", "no")
+GANG_FEATURE_GATES = ["--feature-gates=GenericWorkload=true,GangScheduling=true"] if GANG_SCHEDULING else []
 # Components started in this order and stopped in reverse.
 # The last three are started by devcluster/stack.py (make dev, e2e tests) and stopped here first.
 COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok", "ascend-device-plugin",
@@ -394,6 +398,8 @@ def up(bin_dir: Path, python: str | None) -> None:
         f"--service-cluster-ip-range={SERVICE_CIDR}", "--allow-privileged=true", "--profiling=false",
         "--max-requests-inflight=800", "--max-mutating-requests-inflight=400", "--event-ttl=2h",
         # Let the scale subresource, CEL and server-side apply behave as in a real cluster; nothing to disable.
+        *GANG_FEATURE_GATES,
+        *(["--runtime-config=scheduling.k8s.io/v1alpha2=true"] if GANG_SCHEDULING else []),
     ]
     if adv.startswith("127."):
         apiserver.append("--endpoint-reconciler-type=none")
@@ -404,7 +410,7 @@ def up(bin_dir: Path, python: str | None) -> None:
         str(bin_dir / "kube-controller-manager"), f"--kubeconfig={KUBECONFIG}", "--bind-address=127.0.0.1",
         "--secure-port=0", "--leader-elect=false", f"--service-account-private-key-file={pki / 'sa.key'}",
         f"--root-ca-file={pki / 'ca.crt'}", "--controllers=*", "--use-service-account-credentials=false",
-        "--kube-api-qps=200", "--kube-api-burst=400", "--concurrent-gc-syncs=20",
+        "--kube-api-qps=200", "--kube-api-burst=400", "--concurrent-gc-syncs=20", *GANG_FEATURE_GATES,
     ])
     sched_cfg = RUN / "scheduler.yaml"
     sched_cfg.write_text(f"""apiVersion: kubescheduler.config.k8s.io/v1
@@ -413,7 +419,7 @@ clientConnection: {{kubeconfig: "{KUBECONFIG}", qps: 300, burst: 600}}
 leaderElection: {{leaderElect: false}}
 """)
     start("kube-scheduler", [str(bin_dir / "kube-scheduler"), f"--config={sched_cfg}", "--bind-address=127.0.0.1",
-                             "--secure-port=0"])
+                             "--secure-port=0", *GANG_FEATURE_GATES])
     stage_dir = bin_dir.parent / "kwok-stage"
     kwok_cfg = write_kwok_config(stage_dir)
     start("kwok", [str(bin_dir / "kwok"), f"--kubeconfig={KUBECONFIG}", f"--config={kwok_cfg}",

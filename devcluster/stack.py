@@ -60,13 +60,21 @@ class Proc:
             sd.stop(timeout)
 
 
+def source_pythonpath() -> str:
+    """This checkout's packages first, so a process never runs another checkout's editable install
+    (the cached venv is shared by every clone on the machine)."""
+    own = [str(REPO / "operator"), str(REPO / "trainer-image"), str(REPO)]
+    return os.pathsep.join(own + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])
+
+
 def _spawn(name: str, argv: list[str], env: dict[str, str] | None = None) -> Proc:
     for d in (PIDS, LOGS, RUN):
         d.mkdir(parents=True, exist_ok=True)
     log = LOGS / f"{name}.log"
     with open(log, "ab") as f:
         proc = subprocess.Popen(argv, stdout=f, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=REPO,
-                                start_new_session=True, env={**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})})
+                                start_new_session=True, env={**os.environ, "PYTHONUNBUFFERED": "1",
+                                                             "PYTHONPATH": source_pythonpath(), **(env or {})})
     (PIDS / f"{name}.pid").write_text(str(proc.pid))
     return Proc(name, proc.pid, log)
 
@@ -103,7 +111,9 @@ def start_agent(python: str, nodes: int = 2) -> Proc:
     ready.unlink(missing_ok=True)
     proc = _spawn("nodeagent", [python, "-m", "devcluster.nodeagent", "--kubeconfig", str(KUBECONFIG),
                                 "--nodes", str(nodes), "--pool", LOCAL_POOL, "--python", python,
-                                "--state-dir", str(AGENT_STATE), "--ready-file", str(ready)])
+                                "--state-dir", str(AGENT_STATE), "--ready-file", str(ready),
+                                # the trainer image's code, as its site-packages would hold it
+                                "--env", f"PYTHONPATH={REPO / 'trainer-image'}"])
     _wait("the node agent's nodes", ready.exists, proc, 60)
     return proc
 

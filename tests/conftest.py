@@ -21,6 +21,12 @@ DEVCLUSTER = REPO / ".devcluster"
 KUBECONFIG = Path(os.environ.get("DPJOB_TEST_KUBECONFIG", DEVCLUSTER / "kubeconfig"))
 
 
+def _source_pythonpath() -> str:
+    from devcluster import stack
+
+    return stack.source_pythonpath()
+
+
 def _cluster_ready() -> bool:
     if not KUBECONFIG.exists():
         return False
@@ -105,7 +111,7 @@ class OperatorProcess:
     def start(self) -> None:
         env = {**os.environ, "KUBECONFIG": str(self.kubeconfig), "PYTHONUNBUFFERED": "1",
                "DPJOB_METRICS_PORT": str(self.metrics_port), "DPJOB_HEALTH_PORT": str(self.health_port),
-               "DPJOB_RESYNC_SECONDS": "5", **self.extra_env}
+               "DPJOB_RESYNC_SECONDS": "5", "PYTHONPATH": _source_pythonpath(), **self.extra_env}
         logf = open(self.log_path, "ab")
         self.proc = subprocess.Popen([sys.executable, "-m", "dpjob_operator"], env=env, stdout=logf,
                                      stderr=subprocess.STDOUT, cwd=REPO, start_new_session=True,

@@ -24,6 +24,10 @@ def patch(api: client.ApiClient, namespace: str, name: str, body: dict[str, Any]
     return client.CustomObjectsApi(api).patch_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name, body)
 
 
+def delete(api: client.ApiClient, namespace: str, name: str) -> None:
+    client.CustomObjectsApi(api).delete_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name)
+
+
 def status(api, namespace, name) -> dict[str, Any]:
     return get(api, namespace, name).get("status") or {}
 

@@ -45,6 +45,9 @@ DEFAULT_POOLS: dict[str, PoolConfig] = {
 }
 
 
+GANG_MODES = ("auto", "disabled")
+
+
 @dataclass(frozen=True)
 class OperatorConfig:
     pools: Mapping[str, PoolConfig] = field(default_factory=lambda: dict(DEFAULT_POOLS))
@@ -58,6 +61,9 @@ class OperatorConfig:
     health_port: int = 8081
     cluster_domain: str = "cluster.local"
     log_level: str = "INFO"
+    # auto: one PodGroup per gang when the API server serves scheduling.k8s.io/v1alpha2
+    # (Kubernetes >= 1.35 with GenericWorkload and GangScheduling); disabled: never.
+    gang_scheduling: str = "auto"
 
 
 def _pool_from_dict(raw: Mapping[str, Any]) -> PoolConfig:
@@ -99,15 +105,20 @@ def load_config(path: str | None = None, environ: Mapping[str, str] | None = Non
             health_port=int(raw.get("healthPort", cfg.health_port)),
             cluster_domain=raw.get("clusterDomain", cfg.cluster_domain),
             log_level=raw.get("logLevel", cfg.log_level),
+            gang_scheduling=str(raw.get("gangScheduling", cfg.gang_scheduling)),
         )
     overrides: dict[str, Any] = {}
     for key, attr, conv in (("DPJOB_API_QPS", "api_qps", float), ("DPJOB_API_BURST", "api_burst", int),
                             ("DPJOB_CREATE_CONCURRENCY", "create_concurrency", int),
                             ("DPJOB_WORKERS", "workers", int), ("DPJOB_RESYNC_SECONDS", "resync_seconds", float),
                             ("DPJOB_METRICS_PORT", "metrics_port", int), ("DPJOB_HEALTH_PORT", "health_port", int),
-                            ("DPJOB_LOG_LEVEL", "log_level", str)):
+                            ("DPJOB_LOG_LEVEL", "log_level", str),
+                            ("DPJOB_GANG_SCHEDULING", "gang_scheduling", str)):
         if env.get(key):
             overrides[attr] = conv(env[key])
     if env.get("DPJOB_NAMESPACES"):
         overrides["namespaces"] = tuple(n.strip() for n in env["DPJOB_NAMESPACES"].split(",") if n.strip())
-    return replace(cfg, **overrides)
+    cfg = replace(cfg, **overrides)
+    if cfg.gang_scheduling not in GANG_MODES:
+        raise ValueError(f"gangScheduling must be one of {', '.join(GANG_MODES)}, got {cfg.gang_scheduling!r}")
+    return cfg

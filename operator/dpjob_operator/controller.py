@@ -21,15 +21,18 @@ from kubernetes.client.rest import ApiException
 
 from dpjob_operator import metrics
 from dpjob_operator.api.spec import Job, SpecError, parse_job
+from dpjob_operator.build import gang as gangs
 from dpjob_operator.build.configmaps import build_job_rank_tables, build_ranktable_configmaps
+from dpjob_operator.build.names import pod_group_name, workload_name
 from dpjob_operator.build.pods import build_headless_service, build_rank_pod
 from dpjob_operator.build.ranktable import RankTableError
 from dpjob_operator.config import OperatorConfig
 from dpjob_operator.k8s.client import KubeClient
 from dpjob_operator.k8s.podcache import PodCache
 from dpjob_operator.reconcile.conditions import set_condition
-from dpjob_operator.reconcile.planner import (ApplyRankTable, CreatePods, DeleteJob, DeletePods, EnsureService,
-                                              Plan, RankTableOutcome, iso, next_wakeup, plan_job)
+from dpjob_operator.reconcile.planner import (ApplyRankTable, CreatePods, DeleteJob, DeletePods, EnsureGang,
+                                              EnsureService, GangObservation, Plan, RankTableOutcome, ReleaseGang,
+                                              iso, next_wakeup, plan_job)
 
 log = logging.getLogger("dpjob.controller")
 JobKey = tuple[str, str]
@@ -61,6 +64,8 @@ class Controller:
         self._gang_start: dict[tuple[str, int], float] = {}        # (uid, restart) -> monotonic start
         self._gang_created: set[tuple[str, int]] = set()
         self._gang_running: set[tuple[str, int]] = set()
+        self.gangs_supported = False                     # the server schedules PodGroups (see build.gang)
+        self._pod_groups: set[tuple[str, int]] = set()   # (uid, restart) whose Workload and PodGroup exist
         self._spec_errors: dict[JobKey, str] = {}
         self._create_errors: dict[JobKey, str] = {}
         self._workers: list[asyncio.Task] = []
@@ -108,12 +113,18 @@ class Controller:
         for store in (self._tables, self._gang_start):
             for k in [k for k in store if k[0] == uid]:
                 del store[k]
-        for gangs in (self._gang_created, self._gang_running):
-            gangs.difference_update({g for g in gangs if g[0] == uid})
+        for gangs_ in (self._gang_created, self._gang_running, self._pod_groups):
+            gangs_.difference_update({g for g in gangs_ if g[0] == uid})
 
     # ---- lifecycle ------------------------------------------------------------------------
 
     async def start(self) -> None:
+        if self.cfg.gang_scheduling == "auto":
+            self.gangs_supported = await asyncio.to_thread(
+                self.kube.serves, gangs.SCHEDULING_GROUP, gangs.SCHEDULING_VERSION, "podgroups")
+        log.info("gang scheduling: %s", "PodGroups (scheduling.k8s.io/v1alpha2)" if self.gangs_supported else
+                 "off (" + ("disabled in the operator's config" if self.cfg.gang_scheduling == "disabled" else
+                            "the API server does not serve scheduling.k8s.io/v1alpha2 podgroups") + ")")
         self.pods.start()
         synced = await asyncio.to_thread(self.pods.wait_synced, 120)
         if not synced:
@@ -193,7 +204,8 @@ class Controller:
                 outcome = RankTableOutcome(result.ready, result.reason, result.message, result.version, result.files)
             except RankTableError as e:
                 outcome = RankTableOutcome(False, "InvalidRankTableRequest", str(e), "none", {})
-        plan = plan_job(job, status, pods, now, self.cfg.pools.get(job.spec.accelerator), outcome)
+        gang = await self._observe_gang(job, gen, pods) if gangs.gang_enabled(job, self.gangs_supported) else None
+        plan = plan_job(job, status, pods, now, self.cfg.pools.get(job.spec.accelerator), outcome, gang)
         if plan.status != status:
             await self._write_status(key, body, plan.status)
         await self._execute(job, body, plan)
@@ -202,14 +214,29 @@ class Controller:
         self._observe(job, status, plan)
         wake = next_wakeup(job, plan.status, now)
         resync = self.cfg.resync_seconds
+        if gang is not None and plan.status.get("phase") in ("Pending", "Created", "Restarting"):
+            # The scheduler's verdict lands on the PodGroup, which we do not watch: look again soon.
+            resync = min(resync, 5.0)
         return resync if wake is None else min(resync, wake + 0.05)
+
+    async def _observe_gang(self, job: Job, gen: int, pods) -> GangObservation:
+        """The scheduler's verdict on the gang, read only while some rank of it is unbound."""
+        unbound = [p for p in pods if p.restart == gen and not p.deleting and not p.node]
+        verdict = None
+        if unbound and (job.uid, gen) in self._pod_groups:
+            group = await self._run(self.kube.get_object, gangs.SCHEDULING_GROUP, gangs.SCHEDULING_VERSION,
+                                    "podgroups", job.namespace, pod_group_name(job.name, gen))
+            verdict = gangs.pod_group_condition(group)
+        return GangObservation(gangs.gang_min_count(job), verdict)
 
     async def _run(self, fn, *args):
         return await self.loop.run_in_executor(self.pool, lambda: fn(*args))
 
     async def _write_status(self, key: JobKey, body: dict[str, Any], status: dict[str, Any]) -> None:
         meta = body["metadata"]
-        stored = await self._run(self.kube.patch_job_status, meta["namespace"], meta["name"], status)
+        # A merge patch keeps keys it does not name: a field the plan dropped must be sent as null.
+        patch = {**{k: None for k in (body.get("status") or {}) if k not in status}, **status}
+        stored = await self._run(self.kube.patch_job_status, meta["namespace"], meta["name"], patch)
         # Hold the server's answer so the next pass does not plan from an older status
         # (the watch event for this write may arrive after the next pass starts).
         if self.jobs.get(key) is body:
@@ -232,6 +259,10 @@ class Controller:
                     if self._tables.get(memo) != cm["data"]:
                         await self._run(self.kube.apply_configmap, cm)
                         self._tables[memo] = dict(cm["data"])
+            elif isinstance(action, EnsureGang):
+                await self._ensure_gang(job, action)
+            elif isinstance(action, ReleaseGang):
+                await self._release_gang(job)
             elif isinstance(action, CreatePods):
                 await self._create_pods(job, body, action)
             elif isinstance(action, DeletePods):
@@ -240,6 +271,37 @@ class Controller:
             elif isinstance(action, DeleteJob):
                 log.info("deleting %s/%s: %s", job.namespace, job.name, action.reason)
                 await self._run(self.kube.delete_job, job.namespace, job.name)
+
+    async def _ensure_gang(self, job: Job, action: EnsureGang) -> None:
+        """Workload (recreated when the gang size changed: it is immutable), then this generation's
+        PodGroup, then drop older generations' PodGroups. Once per gang, remembered."""
+        if (job.uid, action.restart) in self._pod_groups:
+            return
+        g, v = gangs.SCHEDULING_GROUP, gangs.SCHEDULING_VERSION
+        workload = gangs.build_workload(job)
+        existing = await self._run(self.kube.get_object, g, v, "workloads", job.namespace, workload_name(job.name))
+        if existing is not None and gangs.workload_min_count(existing) != action.min_count:
+            await self._run(self.kube.delete_object, g, v, "workloads", job.namespace, workload_name(job.name))
+            existing = None
+        if existing is None:
+            await self._run(self.kube.create_object, g, v, "workloads", workload)
+        group = gangs.build_pod_group(job, action.restart)
+        await self._run(self.kube.create_object, g, v, "podgroups", group)
+        names = await self._run(self.kube.list_object_names, g, v, "podgroups", job.namespace,
+                                f"dpjob.io/job-name={job.name}")
+        for name in names:
+            if name != group["metadata"]["name"]:
+                await self._run(self.kube.delete_object, g, v, "podgroups", job.namespace, name)
+        self._pod_groups.add((job.uid, action.restart))
+
+    async def _release_gang(self, job: Job) -> None:
+        g, v = gangs.SCHEDULING_GROUP, gangs.SCHEDULING_VERSION
+        names = await self._run(self.kube.list_object_names, g, v, "podgroups", job.namespace,
+                                f"dpjob.io/job-name={job.name}")
+        for name in names:
+            await self._run(self.kube.delete_object, g, v, "podgroups", job.namespace, name)
+        await self._run(self.kube.delete_object, g, v, "workloads", job.namespace, workload_name(job.name))
+        self._pod_groups.difference_update({k for k in self._pod_groups if k[0] == job.uid})
 
     async def _bounded(self, calls) -> list:
         """Run blocking API calls in parallel, at most ``create_concurrency`` in flight."""
@@ -253,7 +315,8 @@ class Controller:
 
     async def _create_pods(self, job: Job, body: dict[str, Any], action: CreatePods) -> None:
         pool = self.cfg.pools[job.spec.accelerator]
-        pods = [build_rank_pod(job, i, action.restart, pool, self.cfg.cluster_domain) for i in action.indexes]
+        pods = [build_rank_pod(job, i, action.restart, pool, self.cfg.cluster_domain, action.pod_group)
+                for i in action.indexes]
         self._gang_start.setdefault((job.uid, action.restart), time.monotonic())
         results = await self._bounded([lambda p=p: self.kube.create_pod(p) for p in pods])
         created = sum(1 for r in results if r is True)

@@ -263,8 +263,14 @@ def test_rbac_rules_are_least_privilege():
     expected |= {("", "events", v) for v in ("create", "patch")}
     expected |= {("dpjob.io", "dataparalleljobs", v) for v in ("get", "list", "watch", "delete")}
     expected |= {("dpjob.io", "dataparalleljobs/status", "patch"), ("dpjob.io", "dataparalleljobs/finalizers", "update")}
-    assert granted == expected
+    gang = {("scheduling.k8s.io", r, v) for r in ("workloads", "podgroups") for v in ("create", "get", "list", "delete")}
+    assert granted == expected | gang
     assert not any("*" in rule[k] for rule in role["rules"] for k in ("apiGroups", "resources", "verbs"))
+    (role,) = by_kind(render(set_=["gangScheduling=disabled"]), "ClusterRole")
+    assert {(g, r, v) for rule in role["rules"] for g in rule["apiGroups"] for r in rule["resources"]
+            for v in rule["verbs"]} == expected
+    (cm,) = [c for c in by_kind(render(set_=["gangScheduling=disabled"]), "ConfigMap") if "config.json" in c["data"]]
+    assert json.loads(cm["data"]["config.json"])["gangScheduling"] == "disabled"
 
 
 @needs_helm

@@ -234,3 +234,20 @@ def test_ranks_that_finish_first_keep_the_job_running():
     p = plan(JobBuilder(), {"phase": "Running", "restarts": 0}, [pod(0), pod(1, "Succeeded")])
     assert p.status["phase"] == "Running" and "1/2 rank(s) finished" in p.status["message"]
     assert not p.events
+
+
+@pytest.mark.parametrize("rank1", [pod(1, deleting=True), None], ids=["terminating", "gone"])
+def test_a_rank_deleted_by_someone_else_restarts_a_running_static_gang(rank1):
+    """kubectl delete / eviction of one rank: never recreate it alone into a group that cannot take it back."""
+    pods = [pod(0)] + ([rank1] if rank1 else [])
+    p = plan(JobBuilder().replicas(2), {"phase": "Running", "restarts": 0, "startTime": iso(NOW)}, pods)
+    assert p.status["phase"] == "Restarting" and p.status["restarts"] == 1
+    assert p.status["failureRestarts"] == 0  # not the job's fault: not charged to backoffLimit
+    assert p.status["lastFailure"]["rank"] == 1 and p.status["lastFailure"]["reason"] == "PodDeleted"
+    assert deleted(p) == ["train-rank-0"] and CreatePods not in map(type, p.actions)
+
+
+def test_elastic_scale_down_deleting_the_highest_rank_is_not_a_failure():
+    p = plan(JobBuilder().replicas(2).elastic(1, 4), {"phase": "Running", "restarts": 0, "startTime": iso(NOW)},
+             [pod(0), pod(1), pod(2, deleting=True)])
+    assert p.status["phase"] == "Running" and p.status["restarts"] == 0

@@ -85,6 +85,13 @@ and kopf use). Shared by the ClusterRole and the per-namespace Roles.
 - apiGroups: [dpjob.io]
   resources: [dataparalleljobs/finalizers]
   verbs: [update]
+{{- if ne .Values.gangScheduling "disabled" }}
+# Gang scheduling (Kubernetes' Workload API): a Workload per job and a PodGroup per gang; the
+# operator reads the scheduler's verdict on the PodGroup and deletes old generations' groups.
+- apiGroups: [scheduling.k8s.io]
+  resources: [workloads, podgroups]
+  verbs: [create, get, list, delete]
+{{- end }}
 {{- end }}
 
 {{/* The operator config file (operator/dpjob_operator/config.py), rendered as JSON. */}}
@@ -109,6 +116,7 @@ and kopf use). Shared by the ClusterRole and the per-namespace Roles.
   "metricsPort" .Values.metrics.port
   "healthPort" .Values.health.port
   "clusterDomain" .Values.clusterDomain
-  "logLevel" .Values.logLevel }}
+  "logLevel" .Values.logLevel
+  "gangScheduling" .Values.gangScheduling }}
 {{- toPrettyJson $cfg }}
 {{- end }}

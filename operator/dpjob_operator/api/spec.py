@@ -48,6 +48,7 @@ class RunPolicy:
     ttl_seconds_after_finished: int | None = None
     clean_pod_policy: str = "Running"
     suspend: bool = False
+    gang_scheduling: str = "Auto"   # Auto: a Kubernetes PodGroup when the cluster serves one | Disabled
 
 
 @dataclass(frozen=True)
@@ -156,6 +157,7 @@ def parse_job(body: Mapping[str, Any]) -> Job:
                 ttl_seconds_after_finished=rp.get("ttlSecondsAfterFinished"),
                 clean_pod_policy=rp.get("cleanPodPolicy", "Running"),
                 suspend=bool(rp.get("suspend", False)),
+                gang_scheduling=rp.get("gangScheduling", "Auto"),
             ),
             success_policy=spec.get("successPolicy", "AllRanks"),
             template=template,

@@ -64,8 +64,8 @@ def _set_device_request(container: dict, resource: str, count: int) -> None:
 
 
 def build_rank_pod(job: Job, index: int, restart: int, pool: PoolConfig,
-                   cluster_domain: str = "cluster.local") -> dict[str, Any]:
-    """Rank pod ``index`` of gang generation ``restart``."""
+                   cluster_domain: str = "cluster.local", pod_group: str | None = None) -> dict[str, Any]:
+    """Rank pod ``index`` of gang generation ``restart``; in PodGroup ``pod_group`` when gang-scheduled."""
     spec = job.spec
     template = copy.deepcopy(dict(spec.template))
     tmeta = template.get("metadata") or {}
@@ -80,6 +80,8 @@ def build_rank_pod(job: Job, index: int, restart: int, pool: PoolConfig,
     pod_spec["hostname"] = name
     pod_spec["subdomain"] = service_name(job.name)
     pod_spec.setdefault("enableServiceLinks", False)  # thousands of service env vars help nobody
+    if pod_group:
+        pod_spec["schedulingGroup"] = {"podGroupName": pod_group}
     pod_spec["nodeSelector"] = {**dict(pool.node_selector), **(pod_spec.get("nodeSelector") or {})}
     if not pod_spec["nodeSelector"]:
         del pod_spec["nodeSelector"]

@@ -151,6 +151,60 @@ class KubeClient:
         self._call("PATCH", self.core.patch_namespaced_config_map, obj["metadata"]["name"],
                    obj["metadata"]["namespace"], {"data": obj["data"]}, _preload_content=False)
 
+    # ---- gang scheduling: scheduling.k8s.io Workloads and PodGroups ------------------------
+
+    def serves(self, group: str, version: str, plural: str) -> bool:
+        """Whether the API server serves ``plural`` in ``group/version`` (discovery, one GET)."""
+        try:
+            resp = self._call("GET", self.custom.get_api_resources, group, version, _preload_content=False)
+        except ApiException as e:
+            if e.status in (403, 404):
+                return False
+            raise
+        return any(r.get("name") == plural for r in json.loads(resp.data).get("resources") or [])
+
+    def get_object(self, group: str, version: str, plural: str, namespace: str, name: str) -> dict | None:
+        try:
+            resp = self._call("GET", self.custom.get_namespaced_custom_object, group, version, namespace, plural,
+                              name, _preload_content=False)
+        except ApiException as e:
+            if e.status == 404:
+                return None
+            raise
+        return json.loads(resp.data)
+
+    def create_object(self, group: str, version: str, plural: str, obj: Mapping[str, Any]) -> bool:
+        """Create; False when it already exists."""
+        try:
+            self._call("POST", self.custom.create_namespaced_custom_object, group, version,
+                       obj["metadata"]["namespace"], plural, obj, _preload_content=False)
+            return True
+        except ApiException as e:
+            if e.status == 409:
+                return False
+            raise
+
+    def list_object_names(self, group: str, version: str, plural: str, namespace: str,
+                          label_selector: str) -> list[str]:
+        try:
+            resp = self._call("GET", self.custom.list_namespaced_custom_object, group, version, namespace, plural,
+                              label_selector=label_selector, _preload_content=False)
+        except ApiException as e:
+            if e.status == 404:  # the API is not served (any more): nothing of ours can exist
+                return []
+            raise
+        return [item["metadata"]["name"] for item in json.loads(resp.data).get("items") or []]
+
+    def delete_object(self, group: str, version: str, plural: str, namespace: str, name: str) -> bool:
+        try:
+            self._call("DELETE", self.custom.delete_namespaced_custom_object, group, version, namespace, plural,
+                       name, propagation_policy="Background", _preload_content=False)
+            return True
+        except ApiException as e:
+            if e.status == 404:
+                return False
+            raise
+
     # ---- the job --------------------------------------------------------------------------
 
     def patch_job_status(self, namespace: str, name: str, status: Mapping[str, Any]) -> dict[str, Any]:

@@ -11,12 +11,13 @@ forgotten.
 from __future__ import annotations
 
 import copy
+import dataclasses
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from typing import Any, Mapping, Sequence
 
 from dpjob_operator.api.spec import Job
-from dpjob_operator.build.names import rank_pod_name
+from dpjob_operator.build.names import pod_group_name, rank_pod_name
 from dpjob_operator.build.pods import pod_selector
 from dpjob_operator.config import PoolConfig
 from dpjob_operator.reconcile.conditions import get_condition, is_true, set_condition
@@ -31,6 +32,7 @@ TERMINAL = ("Succeeded", "Failed")
 class CreatePods:
     indexes: tuple[int, ...]
     restart: int
+    pod_group: str | None = None   # the gang's PodGroup, when gang-scheduled
 
 
 @dataclass(frozen=True)
@@ -54,7 +56,30 @@ class DeleteJob:
     reason: str
 
 
-Action = CreatePods | DeletePods | EnsureService | ApplyRankTable | DeleteJob
+@dataclass(frozen=True)
+class EnsureGang:
+    """The Workload and this generation's PodGroup exist (older generations' PodGroups go)."""
+
+    restart: int
+    min_count: int
+
+
+@dataclass(frozen=True)
+class ReleaseGang:
+    """No PodGroup or Workload of the job remains (terminal or suspended: nothing to schedule)."""
+
+
+Action = CreatePods | DeletePods | EnsureService | ApplyRankTable | DeleteJob | EnsureGang | ReleaseGang
+
+
+@dataclass(frozen=True)
+class GangObservation:
+    """Gang scheduling is in effect for this job (see build.gang)."""
+
+    min_count: int
+    # The scheduler's PodGroupScheduled condition on the current generation's PodGroup, or None
+    # while it has not judged it (or nobody looked, because every rank is already bound).
+    scheduled: Mapping[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -103,6 +128,12 @@ class _Ctx:
         self.now_s = iso(now)
         self.actions: list[Action] = []
         self.events: list[Event] = []
+        self.gang: GangObservation | None = None
+
+    def release_gang(self) -> None:
+        """Nothing left to schedule: drop the PodGroup and Workload (once; status remembers)."""
+        if self.status.pop("gang", None) is not None:
+            self.actions.append(ReleaseGang())
 
     def cond(self, type_: str, value: bool, reason: str, message: str) -> None:
         self.status["conditions"] = set_condition(self.status.get("conditions") or [], type_, value, reason,
@@ -120,9 +151,15 @@ class _Ctx:
 
 
 def plan_job(job: Job, status: Mapping[str, Any], pods: Sequence[PodObservation], now: datetime,
-             pool: PoolConfig | None, rank_table: RankTableOutcome | None = None) -> Plan:
-    """Decide what to do for ``job`` now. See the module docstring for the invariants."""
+             pool: PoolConfig | None, rank_table: RankTableOutcome | None = None,
+             gang: GangObservation | None = None) -> Plan:
+    """Decide what to do for ``job`` now. See the module docstring for the invariants.
+
+    ``gang`` is None when the ranks are scheduled one by one (the cluster has no gang API, the
+    operator or the job disabled it).
+    """
     ctx = _Ctx(job, status, now)
+    ctx.gang = gang
     spec = job.spec
     gen = int(ctx.status.get("restarts", 0))
     current = sorted((p for p in pods if p.restart == gen), key=lambda p: (p.index, p.name))
@@ -155,6 +192,7 @@ def plan_job(job: Job, status: Mapping[str, Any], pods: Sequence[PodObservation]
         active = [p.name for p in current if not p.deleting]
         if active:
             ctx.actions.append(DeletePods(tuple(active), "Suspended"))
+        ctx.release_gang()
         ctx.cond("Suspended", True, "Suspended", "the job is suspended: rank pods are deleted")
         ctx.phase("Suspended", "Suspended", "the job is suspended (spec.runPolicy.suspend)")
         ctx.status.pop("startTime", None)
@@ -189,12 +227,19 @@ def plan_job(job: Job, status: Mapping[str, Any], pods: Sequence[PodObservation]
                      message=f"spec.replicas changed to {spec.replicas}: restarting the gang at the new size")
             return ctx.plan()
 
-    if ctx.status.get("phase") == "Running":
+    if ctx.status.get("phase") == "Running" and spec.rendezvous.mode == "static":
+        # A rank deleted by someone else (kubectl delete, eviction, a drain) while the gang runs:
+        # the static group lost a member, so the whole gang restarts (not charged). We never
+        # delete a current rank of a running gang ourselves: a restart first moves to a new generation.
         present = {p.index for p in current}
         vanished = [i for i in range(spec.replicas) if i not in present]
-        if vanished and spec.rendezvous.mode == "static":
+        terminating = [p for p in current if p.deleting and p.index < spec.replicas]
+        if terminating:
+            gone = dataclasses.replace(terminating[0], reason=terminating[0].reason or "PodDeleted", disrupted=True)
+        elif vanished:
             gone = PodObservation(name=rank_pod_name(job.name, vanished[0]), uid="", index=vanished[0],
                                   restart=gen, phase="Unknown", reason="PodDeleted", disrupted=True)
+        if terminating or vanished:
             _on_failure(ctx, current, gone)
             return ctx.plan()
 
@@ -242,8 +287,16 @@ def _converge(ctx: _Ctx, current: list[PodObservation], all_pods: Sequence[PodOb
     present = {p.index for p in current}
     missing = tuple(i for i in range(spec.replicas) if i not in present
                     and rank_pod_name(ctx.job.name, i) not in names_in_use)
+    if ctx.gang is not None:
+        # Before the pods: a rank naming a PodGroup that does not exist yet waits for it anyway,
+        # but the group must be whole before the scheduler can admit any of it.
+        ctx.actions.append(EnsureGang(gen, ctx.gang.min_count))
+        ctx.status["gang"] = {"podGroup": pod_group_name(ctx.job.name, gen), "minCount": ctx.gang.min_count}
+    else:
+        ctx.release_gang()
     if missing:
-        ctx.actions.append(CreatePods(missing, gen))
+        group = pod_group_name(ctx.job.name, gen) if ctx.gang is not None else None
+        ctx.actions.append(CreatePods(missing, gen, group))
     extra = [p.name for p in current if p.index >= spec.replicas and not p.deleting]
     if extra:  # elastic scale-down: the highest ranks leave, torchrun re-forms the group
         ctx.actions.append(DeletePods(tuple(extra), "ScaledDown"))
@@ -255,7 +308,18 @@ def _converge(ctx: _Ctx, current: list[PodObservation], all_pods: Sequence[PodOb
         ctx.cond("Created", True, "PodsCreated", f"all {spec.replicas} rank pod(s) exist")
 
     unschedulable = [p for p in live if p.phase == "Pending" and p.unschedulable]
-    if unschedulable:
+    verdict = ctx.gang.scheduled if ctx.gang is not None else None
+    if verdict is not None and verdict.get("status") == "False" and any(not p.node for p in live):
+        msg = (f"the gang of {ctx.gang.min_count} rank(s) cannot be placed together, so no rank holds a node: "
+               f"{verdict.get('message') or verdict.get('reason') or 'Unschedulable'}")
+        if unschedulable:  # the PodGroup says that; the pod says why
+            p = unschedulable[0]
+            msg += f"; rank {p.index} (pod {p.name}): {p.unschedulable}"
+        was = get_condition(ctx.status.get("conditions") or [], "PodsScheduled")
+        if not was or was.get("reason") != "GangUnschedulable":
+            ctx.events.append(Event("Warning", "GangUnschedulable", msg))
+        ctx.cond("PodsScheduled", False, "GangUnschedulable", msg)
+    elif unschedulable:
         p = unschedulable[0]
         msg = f"rank {p.index} (pod {p.name}) cannot be scheduled: {p.unschedulable}"
         if is_true(ctx.status.get("conditions") or [], "PodsScheduled") or \
@@ -358,6 +422,7 @@ def _finish(ctx: _Ctx, current: list[PodObservation], phase: str) -> None:
         doomed = [p.name for p in current if p.active]
     if doomed:
         ctx.actions.append(DeletePods(tuple(doomed), f"CleanPodPolicy{policy.clean_pod_policy}"))
+    ctx.release_gang()
     _count(ctx, [p for p in current if p.name not in doomed])
     ttl = policy.ttl_seconds_after_finished
     done = parse_iso(ctx.status.get("completionTime"))

@@ -1,0 +1,145 @@
+"""Gang scheduling on the real kube-scheduler (Kubernetes' Workload API, GangScheduling gate).
+
+The failure this prevents (anchors section 7, pain point 9): a job that fits only partly grabs
+what it can and holds it while its other ranks wait, so no DDP job makes progress. Here two
+fresh 8-GPU nodes, tainted so that only this test's jobs land there, make the shortage exact.
+"""
+
+from __future__ import annotations
+
+import copy
+import uuid
+
+import pytest
+from kubernetes import client
+
+from devcluster import cluster as devcluster
+from tests import dpj
+from tests.helpers import wait_for
+
+pytestmark = pytest.mark.integration
+G, V = "scheduling.k8s.io", "v1alpha2"
+
+
+@pytest.fixture
+def gpu_nodes(core, namespace):
+    """Two 8-GPU kwok nodes reserved for this test by a taint and a label."""
+    if not devcluster.GANG_SCHEDULING:
+        pytest.skip("the cluster was brought up with DPJOB_GANG_SCHEDULING=0")
+    tag = uuid.uuid4().hex[:6]
+    gpu = next(p for p in devcluster.default_pools() if p.name == "gpu")
+    names = []
+    for i in range(2):
+        node = devcluster.node_manifest(gpu, i)
+        node["metadata"]["name"] = node["metadata"]["labels"]["kubernetes.io/hostname"] = f"gang-{tag}-{i}"
+        node["metadata"]["labels"]["dpjob.io/gang-test"] = tag
+        node["spec"]["taints"] = [*gpu.taints, {"key": "dpjob.io/gang-test", "value": tag, "effect": "NoSchedule"}]
+        core.create_node(node)
+        names.append(node["metadata"]["name"])
+    wait_for("the test's GPU nodes Ready", lambda: all(
+        any(c.type == "Ready" and c.status == "True" for c in (core.read_node(n).status.conditions or []))
+        for n in names), timeout=60)
+    yield tag
+    for n in names:
+        core.delete_node(n)
+
+
+def gpu_job(name: str, tag: str, replicas: int, gang: str = "Auto") -> dict:
+    """``replicas`` ranks of 8 GPUs each, confined to the test's nodes."""
+    return {
+        "apiVersion": "dpjob.io/v1alpha1", "kind": "DataParallelJob", "metadata": {"name": name},
+        "spec": {"replicas": replicas, "accelerator": "gpu", "procsPerReplica": 8,
+                 "runPolicy": {"gangScheduling": gang, "backoffLimit": 3},
+                 "template": {"spec": {
+                     "nodeSelector": {"dpjob.io/gang-test": tag},
+                     "tolerations": [{"key": "dpjob.io/gang-test", "operator": "Equal", "value": tag,
+                                      "effect": "NoSchedule"}],
+                     "containers": [{"name": "trainer", "image": "dpjob/trainer:gpu",
+                                     "command": ["python", "-m", "dpjob_trainer"]}]}}},
+    }
+
+
+def bound(core, ns: str, name: str) -> list[str]:
+    return [p.spec.node_name for p in dpj.rank_pods(core, ns, name)
+            if p.spec.node_name and not p.metadata.deletion_timestamp]
+
+
+def objects(api: client.ApiClient, ns: str, plural: str) -> list[dict]:
+    return client.CustomObjectsApi(api).list_namespaced_custom_object(G, V, ns, plural)["items"]
+
+
+def condition(st: dict, type_: str) -> dict | None:
+    return next((c for c in st.get("conditions") or [] if c["type"] == type_), None)
+
+
+def test_a_gang_that_does_not_fit_holds_no_node_and_runs_whole_once_it_fits(api, core, namespace, operator,
+                                                                              gpu_nodes):
+    dpj.create(api, namespace, gpu_job("holder", gpu_nodes, 1))
+    dpj.wait_phase(api, namespace, "holder", "Running")
+
+    # Two ranks, one free node: the scheduler must place neither.
+    dpj.create(api, namespace, gpu_job("wide", gpu_nodes, 2))
+    st = wait_for("PodsScheduled=False/GangUnschedulable", lambda: (lambda s: s if (condition(
+        s, "PodsScheduled") or {}).get("reason") == "GangUnschedulable" else None)(
+        dpj.status(api, namespace, "wide")), timeout=60)
+    msg = condition(st, "PodsScheduled")["message"]
+    assert msg.startswith("the gang of 2 rank(s) cannot be placed together") and "nodes are available" in msg
+    assert st["phase"] == "Created" and st["gang"] == {"podGroup": "wide-gang-0", "minCount": 2}
+    assert bound(core, namespace, "wide") == [], "a rank of an unplaceable gang holds a node"
+    assert "GangUnschedulable" in {e["reason"] for e in dpj.events(namespace, "wide")}
+
+    # What the operator made: a Workload for the job, a PodGroup for this gang, pods that name it.
+    workloads = {w["metadata"]["name"]: w for w in objects(api, namespace, "workloads")}
+    assert workloads["wide"]["spec"]["podGroupTemplates"][0]["schedulingPolicy"] == {"gang": {"minCount": 2}}
+    group = next(g for g in objects(api, namespace, "podgroups") if g["metadata"]["name"] == "wide-gang-0")
+    assert group["metadata"]["ownerReferences"][0]["name"] == "wide"
+    verdict = next(c for c in group["status"]["conditions"] if c["type"] == "PodGroupScheduled")
+    assert (verdict["status"], verdict["reason"]) == ("False", "Unschedulable")
+    assert {p.spec.scheduling_group.pod_group_name for p in dpj.rank_pods(core, namespace, "wide")} == \
+        {"wide-gang-0"}
+
+    # The first job goes away: both ranks are placed together, on both nodes.
+    dpj.delete(api, namespace, "holder")
+    st = dpj.wait_phase(api, namespace, "wide", "Running", timeout=120)
+    assert condition(st, "PodsScheduled")["status"] == "True"
+    assert sorted(bound(core, namespace, "wide")) == [f"gang-{gpu_nodes}-0", f"gang-{gpu_nodes}-1"]
+
+
+def test_without_gang_scheduling_a_job_that_does_not_fit_holds_half_the_nodes(api, core, namespace, operator,
+                                                                               gpu_nodes):
+    """The contrast, and the per-job opt-out: ranks are placed one by one."""
+    dpj.create(api, namespace, gpu_job("holder", gpu_nodes, 1))
+    dpj.wait_phase(api, namespace, "holder", "Running")
+    dpj.create(api, namespace, gpu_job("greedy", gpu_nodes, 2, gang="Disabled"))
+    wait_for("one rank of the greedy job bound", lambda: len(bound(core, namespace, "greedy")) == 1, timeout=60)
+    st = wait_for("PodsScheduled=False/Unschedulable", lambda: (lambda s: s if (condition(
+        s, "PodsScheduled") or {}).get("reason") == "Unschedulable" else None)(
+        dpj.status(api, namespace, "greedy")), timeout=60)
+    assert "gang" not in st
+    assert not [g for g in objects(api, namespace, "podgroups") if g["metadata"]["name"].startswith("greedy")]
+    assert all(p.spec.scheduling_group is None for p in dpj.rank_pods(core, namespace, "greedy"))
+
+
+def test_each_gang_restart_gets_its_own_pod_group_and_a_finished_job_keeps_none(api, core, namespace, operator,
+                                                                                 gpu_nodes):
+    dpj.create(api, namespace, gpu_job("train", gpu_nodes, 2))
+    dpj.wait_phase(api, namespace, "train", "Running")
+    victim = dpj.rank_pods(core, namespace, "train")[1].metadata.name
+    core.delete_namespaced_pod(victim, namespace)  # a disruption: the whole gang restarts
+    st = wait_for("restart 1 running", lambda: (lambda s: s if s.get("restarts") == 1 and
+                                                s.get("phase") == "Running" else None)(
+        dpj.status(api, namespace, "train")), timeout=90)
+    assert st["gang"]["podGroup"] == "train-gang-1"
+    wait_for("only the current gang's PodGroup", lambda: [g["metadata"]["name"] for g in objects(
+        api, namespace, "podgroups")] == ["train-gang-1"], timeout=60)
+
+    # Suspending (Kueue) releases the gang; finishing keeps none either.
+    body = copy.deepcopy(dpj.get(api, namespace, "train"))
+    dpj.patch(api, namespace, "train", {"spec": {"runPolicy": {"suspend": True}}})
+    dpj.wait_phase(api, namespace, "train", "Suspended")
+    wait_for("no PodGroup or Workload while suspended", lambda: not objects(api, namespace, "podgroups")
+             and not objects(api, namespace, "workloads"), timeout=60)
+    assert body["metadata"]["uid"] == dpj.get(api, namespace, "train")["metadata"]["uid"]
+    dpj.patch(api, namespace, "train", {"spec": {"runPolicy": {"suspend": False}}})
+    st = dpj.wait_phase(api, namespace, "train", "Running", timeout=90)
+    assert [g["metadata"]["name"] for g in objects(api, namespace, "podgroups")] == [st["gang"]["podGroup"]]
