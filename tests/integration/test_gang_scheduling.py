@@ -143,3 +143,13 @@ def test_each_gang_restart_gets_its_own_pod_group_and_a_finished_job_keeps_none(
     dpj.patch(api, namespace, "train", {"spec": {"runPolicy": {"suspend": False}}})
     st = dpj.wait_phase(api, namespace, "train", "Running", timeout=90)
     assert [g["metadata"]["name"] for g in objects(api, namespace, "podgroups")] == [st["gang"]["podGroup"]]
+
+
+def test_the_operator_finds_the_gang_api_by_discovery(cluster):
+    """What `gangScheduling: auto` decides at start: the API this cluster serves, and one it does not."""
+    from dpjob_operator.k8s.client import KubeClient, load_api_client
+
+    kube = KubeClient(load_api_client(4), qps=50, burst=50)
+    assert kube.serves(G, V, "podgroups") is devcluster.GANG_SCHEDULING
+    assert kube.serves(G, "v1alpha9", "podgroups") is False
+    assert kube.serves(G, "v1", "podgroups") is False  # served group version, no such resource

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import json
+from datetime import datetime, timezone
 from pathlib import Path
 
 import pytest
@@ -150,10 +151,15 @@ def test_suspend_and_resume(api, core, namespace, operator):
     st = dpj.wait_phase(api, namespace, "train", "Suspended")
     assert {c["type"]: c["status"] for c in st["conditions"]}["Suspended"] == "True"
     wait_for("pods deleted on suspend", lambda: not dpj.rank_pods(core, namespace, "train"))
+    # activeDeadlineSeconds counts from the resume (Kueue may keep a job suspended for hours).
+    assert "startTime" not in wait_for("startTime cleared", lambda: (
+        lambda s: s if "startTime" not in s else None)(dpj.status(api, namespace, "train")))
+    resumed_at = datetime.now(timezone.utc).replace(microsecond=0)
     dpj.patch(api, namespace, "train", {"spec": {"runPolicy": {"suspend": False}}})
     wait_pods(core, namespace, "train", 2)
     st = dpj.wait_phase(api, namespace, "train", "Running")
     assert {c["type"]: c["reason"] for c in st["conditions"]}["Suspended"] == "Resumed"
+    assert datetime.strptime(st["startTime"], "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=timezone.utc) >= resumed_at
 
 
 def test_deleting_the_job_removes_every_child(api, core, namespace, operator):
@@ -183,12 +189,13 @@ def test_kubectl_scale_restarts_a_static_gang_at_the_new_size(api, core, namespa
 def test_unschedulable_ranks_are_reported(api, namespace, operator):
     body = job_body(accelerator="gpu", procsPerReplica=9)
     dpj.create(api, namespace, body)
-    st = wait_for("PodsScheduled=False", lambda: (lambda s: s if any(
-        c["type"] == "PodsScheduled" and c["status"] == "False" for c in s.get("conditions", [])) else None)(
-        dpj.status(api, namespace, "train")))
-    msg = next(c for c in st["conditions"] if c["type"] == "PodsScheduled")["message"]
-    assert "nvidia.com/gpu" in msg and "rank" in msg
-    assert "Unschedulable" in {e["reason"] for e in dpj.events(namespace, "train")}
+    # Gang-scheduled or not, the condition names the rank and the scheduler's reason.
+    st = wait_for("PodsScheduled=False naming the scheduler's reason", lambda: (lambda s: s if any(
+        c["type"] == "PodsScheduled" and c["status"] == "False" and "nvidia.com/gpu" in c["message"]
+        for c in s.get("conditions", [])) else None)(dpj.status(api, namespace, "train")))
+    cond = next(c for c in st["conditions"] if c["type"] == "PodsScheduled")
+    assert "rank" in cond["message"] and cond["reason"] in ("Unschedulable", "GangUnschedulable")
+    assert cond["reason"] in {e["reason"] for e in dpj.events(namespace, "train")}
 
 
 def test_operator_restart_resumes_without_duplicating_pods(api, core, namespace, operator):

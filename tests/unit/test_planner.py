@@ -251,3 +251,15 @@ def test_elastic_scale_down_deleting_the_highest_rank_is_not_a_failure():
     p = plan(JobBuilder().replicas(2).elastic(1, 4), {"phase": "Running", "restarts": 0, "startTime": iso(NOW)},
              [pod(0), pod(1), pod(2, deleting=True)])
     assert p.status["phase"] == "Running" and p.status["restarts"] == 0
+
+
+@pytest.mark.parametrize("pods", [
+    [pod(0), pod(1), pod(2, deleting=True)],   # a rank is being replaced
+    [pod(0), pod(1)],                          # kubectl scale 2 -> 3: the third is on its way
+])
+def test_a_running_elastic_job_stays_running_while_ranks_join(pods):
+    p = plan(JobBuilder().replicas(3).elastic(2, 4), {"phase": "Running", "reason": "AllRanksRunning",
+                                                     "restarts": 0, "startTime": iso(NOW)}, pods)
+    assert p.status["phase"] == "Running" and p.status["restarts"] == 0
+    assert p.status["message"] == "elastic: 2/3 rank(s) running, 1 joining"
+    assert not p.events

@@ -344,6 +344,11 @@ def _converge(ctx: _Ctx, current: list[PodObservation], all_pods: Sequence[PodOb
                   f"all {spec.replicas} rank(s) running, world size {spec.world_size}")
     elif ctx.status.get("phase") == "Restarting":
         ctx.status["message"] = f"restart {gen}: {len(running)}/{spec.replicas} rank(s) running"
+    elif ctx.old.get("phase") == "Running" and spec.rendezvous.mode == "elastic":
+        # torchrun keeps training with the ranks it has while a rank is replaced or added: the
+        # job is still Running, not back to Pending.
+        ctx.status["message"] = (f"elastic: {len(running)}/{spec.replicas} rank(s) running, "
+                                 f"{spec.replicas - len(running)} joining")
     elif all_created:
         ctx.phase("Created", "PodsCreated",
                   f"all {spec.replicas} rank pod(s) created, {len(running)}/{spec.replicas} running")
