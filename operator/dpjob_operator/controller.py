@@ -214,8 +214,10 @@ class Controller:
         self._observe(job, status, plan)
         wake = next_wakeup(job, plan.status, now)
         resync = self.cfg.resync_seconds
-        if gang is not None and plan.status.get("phase") in ("Pending", "Created", "Restarting"):
-            # The scheduler's verdict lands on the PodGroup, which we do not watch: look again soon.
+        if gang is not None and gang.scheduled is None and plan.status.get("phase") in ("Pending", "Created",
+                                                                                         "Restarting"):
+            # The scheduler's first verdict lands on the PodGroup, which we do not watch: look again
+            # soon. Once it has judged, binding (or not) shows up as pod events.
             resync = min(resync, 5.0)
         return resync if wake is None else min(resync, wake + 0.05)
 

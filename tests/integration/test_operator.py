@@ -162,6 +162,20 @@ def test_suspend_and_resume(api, core, namespace, operator):
     assert datetime.strptime(st["startTime"], "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=timezone.utc) >= resumed_at
 
 
+def test_kueue_flavor_node_selector_set_while_suspended_reaches_the_pods(api, core, namespace, operator):
+    """Kueue admits a suspended job by writing its flavor's nodeSelector into the template, then
+    unsuspending it (pain point 13: PyTorchJob pods ignored it). The pods must carry both the
+    flavor's labels and the pool's."""
+    dpj.create(api, namespace, job_body(accelerator="gpu", runPolicy={"suspend": True}))
+    dpj.wait_phase(api, namespace, "train", "Suspended")
+    flavor = {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}
+    dpj.patch(api, namespace, "train", {"spec": {"template": {"spec": {"nodeSelector": flavor}},
+                                                 "runPolicy": {"suspend": False}}})
+    pods = wait_pods(core, namespace, "train", 2)
+    assert all(p.spec.node_selector == {"nvidia.com/gpu.present": "true", **flavor} for p in pods)
+    assert {pool_of(core, p) for p in pods} == {"gpu"}
+
+
 def test_deleting_the_job_removes_every_child(api, core, namespace, operator):
     dpj.create(api, namespace, job_body())
     wait_pods(core, namespace, "train", 2)
