@@ -40,6 +40,11 @@ def gpu_nodes(core, namespace):
         any(c.type == "Ready" and c.status == "True" for c in (core.read_node(n).status.conditions or []))
         for n in names), timeout=60)
     yield tag
+    # Jobs first, while kwok still runs the nodes' pods: no pod is left orphaned on a deleted node.
+    for job in client.CustomObjectsApi(core.api_client).list_namespaced_custom_object(
+            "dpjob.io", "v1alpha1", namespace, "dataparalleljobs")["items"]:
+        dpj.delete(core.api_client, namespace, job["metadata"]["name"])
+    wait_for("the test's pods gone", lambda: not core.list_namespaced_pod(namespace).items, timeout=60)
     for n in names:
         core.delete_node(n)
 
