@@ -106,8 +106,14 @@ def main() -> int:
     last = ""
     deadline = time.monotonic() + args.timeout
     status: dict = {}
+    gang_said = False
     while time.monotonic() < deadline:
         status = job_status(name)
+        if status.get("gang") and not gang_said:
+            gang = status["gang"]
+            say(f"scheduled all-or-nothing: PodGroup {gang['podGroup']} (minCount {gang['minCount']}), "
+                "Kubernetes' own gang scheduling")
+            gang_said = True
         line = (f"phase {status.get('phase', '-'):10s} ready {status.get('ready', '-'):5s} "
                 f"restarts {status.get('restarts', 0)}  {trainer_progress(name)}")
         if line != last:
