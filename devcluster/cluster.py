@@ -39,7 +39,8 @@ POD_CIDR = os.environ.get("DPJOB_POD_CIDR", "10.244.0.0/16")  # 65k pod IPs: roo
 # Kubernetes' own gang scheduling (Workload and PodGroup, scheduling.k8s.io/v1alpha2; alpha in 1.35+).
 # DPJOB_GANG_SCHEDULING=0 brings the cluster up without it, like most clusters today.
 GANG_SCHEDULING = os.environ.get("DPJOB_GANG_SCHEDULING", "1") not in ("0", "false", "no")
-GANG_FEATURE_GATES = ["--feature-gates=GenericWorkload=true,GangScheduling=true"] if GANG_SCHEDULING else []
+GANG_FEATURE_GATES = (["--feature-gates=GenericWorkload=true,GangScheduling=true,TopologyAwareWorkloadScheduling=true"]
+                      if GANG_SCHEDULING else [])
 # Components started in this order and stopped in reverse.
 # The last three are started by devcluster/stack.py (make dev, e2e tests) and stopped here first.
 COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok", "ascend-device-plugin",

@@ -282,7 +282,7 @@ class Controller:
         g, v = gangs.SCHEDULING_GROUP, gangs.SCHEDULING_VERSION
         workload = gangs.build_workload(job)
         existing = await self._run(self.kube.get_object, g, v, "workloads", job.namespace, workload_name(job.name))
-        if existing is not None and gangs.workload_min_count(existing) != action.min_count:
+        if existing is not None and not gangs.workload_matches(existing, job):
             await self._run(self.kube.delete_object, g, v, "workloads", job.namespace, workload_name(job.name))
             existing = None
         if existing is None:

@@ -21,18 +21,21 @@ pytestmark = pytest.mark.integration
 G, V = "scheduling.k8s.io", "v1alpha2"
 
 
-@pytest.fixture
-def gpu_nodes(core, namespace):
-    """Two 8-GPU kwok nodes reserved for this test by a taint and a label."""
+RACK = "dpjob.io/gang-test-rack"
+
+
+def _reserve_gpu_nodes(core, namespace: str, count: int):
+    """``count`` 8-GPU kwok nodes reserved for one test by a taint and a label; the first half in
+    rack a, the rest in rack b. Yields the tag; deletes the test's jobs, then the nodes."""
     if not devcluster.GANG_SCHEDULING:
         pytest.skip("the cluster was brought up with DPJOB_GANG_SCHEDULING=0")
     tag = uuid.uuid4().hex[:6]
     gpu = next(p for p in devcluster.default_pools() if p.name == "gpu")
     names = []
-    for i in range(2):
+    for i in range(count):
         node = devcluster.node_manifest(gpu, i)
         node["metadata"]["name"] = node["metadata"]["labels"]["kubernetes.io/hostname"] = f"gang-{tag}-{i}"
-        node["metadata"]["labels"]["dpjob.io/gang-test"] = tag
+        node["metadata"]["labels"].update({"dpjob.io/gang-test": tag, RACK: "a" if i < count // 2 else "b"})
         node["spec"]["taints"] = [*gpu.taints, {"key": "dpjob.io/gang-test", "value": tag, "effect": "NoSchedule"}]
         core.create_node(node)
         names.append(node["metadata"]["name"])
@@ -49,19 +52,42 @@ def gpu_nodes(core, namespace):
         core.delete_node(n)
 
 
-def gpu_job(name: str, tag: str, replicas: int, gang: str = "Auto") -> dict:
-    """``replicas`` ranks of 8 GPUs each, confined to the test's nodes."""
-    return {
+@pytest.fixture
+def gpu_nodes(core, namespace):
+    """Two reserved 8-GPU nodes (one per rack)."""
+    yield from _reserve_gpu_nodes(core, namespace, 2)
+
+
+@pytest.fixture
+def gpu_racks(core, namespace):
+    """Four reserved 8-GPU nodes: gang-<tag>-0, -1 in rack a; -2, -3 in rack b."""
+    yield from _reserve_gpu_nodes(core, namespace, 4)
+
+
+def gpu_job(name: str, tag: str, replicas: int, gang: str = "Auto", node: int | None = None,
+            topology_key: str | None = None) -> dict:
+    """``replicas`` ranks of 8 GPUs each, confined to the test's nodes (or to node ``node``)."""
+    selector = {"dpjob.io/gang-test": tag}
+    if node is not None:
+        selector["kubernetes.io/hostname"] = f"gang-{tag}-{node}"
+    job = {
         "apiVersion": "dpjob.io/v1alpha1", "kind": "DataParallelJob", "metadata": {"name": name},
         "spec": {"replicas": replicas, "accelerator": "gpu", "procsPerReplica": 8,
                  "runPolicy": {"gangScheduling": gang, "backoffLimit": 3},
                  "template": {"spec": {
-                     "nodeSelector": {"dpjob.io/gang-test": tag},
+                     "nodeSelector": selector,
                      "tolerations": [{"key": "dpjob.io/gang-test", "operator": "Equal", "value": tag,
                                       "effect": "NoSchedule"}],
                      "containers": [{"name": "trainer", "image": "dpjob/trainer:gpu",
                                      "command": ["python", "-m", "dpjob_trainer"]}]}}},
     }
+    if topology_key:
+        job["spec"]["placement"] = {"topologyKey": topology_key}
+    return job
+
+
+def racks(core, ns: str, name: str) -> list[str]:
+    return [core.read_node(n).metadata.labels[RACK] for n in bound(core, ns, name)]
 
 
 def bound(core, ns: str, name: str) -> list[str]:
@@ -158,3 +184,35 @@ def test_the_operator_finds_the_gang_api_by_discovery(cluster):
     assert kube.serves(G, V, "podgroups") is devcluster.GANG_SCHEDULING
     assert kube.serves(G, "v1alpha9", "podgroups") is False
     assert kube.serves(G, "v1", "podgroups") is False  # served group version, no such resource
+
+
+def test_a_gang_with_a_topology_key_waits_for_one_rack_instead_of_straddling_two(api, core, namespace, operator,
+                                                                                  gpu_racks):
+    """Two free nodes, one in each rack: enough GPUs, the wrong shape. The gang must wait."""
+    dpj.create(api, namespace, gpu_job("holder-a", gpu_racks, 1, node=1))
+    dpj.create(api, namespace, gpu_job("holder-b", gpu_racks, 1, node=2))
+    dpj.wait_phase(api, namespace, "holder-a", "Running")
+    dpj.wait_phase(api, namespace, "holder-b", "Running")
+    dpj.create(api, namespace, gpu_job("wide", gpu_racks, 2, topology_key=RACK))
+    st = wait_for("PodsScheduled=False/GangUnschedulable", lambda: (lambda s: s if (condition(
+        s, "PodsScheduled") or {}).get("reason") == "GangUnschedulable" else None)(
+        dpj.status(api, namespace, "wide")), timeout=60)
+    assert "placements are available" in condition(st, "PodsScheduled")["message"]
+    assert bound(core, namespace, "wide") == []
+    group = next(g for g in objects(api, namespace, "podgroups") if g["metadata"]["name"] == "wide-gang-0")
+    assert group["spec"]["schedulingConstraints"] == {"topology": [{"key": RACK}]}
+
+    dpj.delete(api, namespace, "holder-b")  # rack b has room for the whole gang now
+    dpj.wait_phase(api, namespace, "wide", "Running", timeout=120)
+    assert racks(core, namespace, "wide") == ["b", "b"]
+
+
+def test_without_gang_scheduling_a_topology_key_still_keeps_the_ranks_in_one_rack(api, core, namespace, operator,
+                                                                                  gpu_racks):
+    dpj.create(api, namespace, gpu_job("wide", gpu_racks, 2, gang="Disabled", topology_key=RACK))
+    dpj.wait_phase(api, namespace, "wide", "Running")
+    assert len(set(racks(core, namespace, "wide"))) == 1
+    pod = dpj.rank_pods(core, namespace, "wide")[0]
+    term = pod.spec.affinity.pod_affinity.required_during_scheduling_ignored_during_execution[0]
+    assert term.topology_key == RACK and term.label_selector.match_labels == {
+        "dpjob.io/job-name": "wide", "dpjob.io/restart": "0"}

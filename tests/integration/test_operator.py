@@ -295,6 +295,10 @@ INVALID = [
     ("devices-on-cpu", {"devicesPerReplica": 2}, "spec.devicesPerReplica"),
     ("restart-policy-always", {"template": {"spec": {"restartPolicy": "Always", "containers": [
         {"name": "trainer", "image": "x"}]}}}, "restartPolicy"),
+    ("bad-gang-policy", {"runPolicy": {"gangScheduling": "Volcano"}}, "spec.runPolicy.gangScheduling"),
+    ("own-scheduling-group", {"template": {"spec": {"schedulingGroup": {"podGroupName": "mine"}, "containers": [
+        {"name": "trainer", "image": "x"}]}}}, "schedulingGroup"),
+    ("bad-topology-key", {"placement": {"topologyKey": "not a label key!"}}, "spec.placement.topologyKey"),
 ]
 
 

@@ -51,7 +51,9 @@ def test_pod_group_references_the_workload_template_and_is_owned_by_the_job():
     for obj in (workload, group):
         assert obj["apiVersion"] == "scheduling.k8s.io/v1alpha2" and obj["metadata"]["namespace"] == "team-a"
         assert obj["metadata"]["ownerReferences"][0]["kind"] == "DataParallelJob"
-    assert gang.workload_min_count(workload) == 4
+    assert gang.workload_matches(workload, job)
+    assert not gang.workload_matches(workload, JobBuilder("resnet", "team-a").replicas(8).obj())
+    assert "schedulingConstraints" not in group["spec"]
 
 
 def test_rank_pod_names_its_pod_group_only_when_gang_scheduled():
@@ -132,3 +134,26 @@ def test_operator_gang_mode_from_the_environment(environ, expected):
 def test_an_unknown_operator_gang_mode_is_refused_at_start():
     with pytest.raises(ValueError, match="gangScheduling must be one of auto, disabled"):
         load_config(environ={"DPJOB_GANG_SCHEDULING": "volcano"})
+
+
+def test_topology_key_puts_the_whole_gang_in_one_domain():
+    job = JobBuilder().replicas(2).set("placement", {"topologyKey": "dpjob.io/rack"}).obj()
+    constraint = {"topology": [{"key": "dpjob.io/rack"}]}
+    assert gang.build_pod_group(job, 0)["spec"]["schedulingConstraints"] == constraint
+    assert gang.build_workload(job)["spec"]["podGroupTemplates"][0]["schedulingConstraints"] == constraint
+    plain = JobBuilder().replicas(2).obj()
+    assert not gang.workload_matches(gang.build_workload(plain), job)  # adding a topology recreates it
+
+
+@pytest.mark.parametrize("pod_group", ["train-gang-3", None], ids=["gang", "no-gang"])
+def test_topology_key_is_also_a_required_pod_affinity_on_this_generation(pod_group):
+    user_term = {"labelSelector": {"matchLabels": {"app": "cache"}}, "topologyKey": "kubernetes.io/hostname"}
+    job = (JobBuilder().replicas(2).set("placement", {"topologyKey": "dpjob.io/rack"})
+           .set("template.spec.affinity", {"podAffinity": {
+               "requiredDuringSchedulingIgnoredDuringExecution": [user_term]}}).obj())
+    spec = build_rank_pod(job, 1, 3, DEFAULT_POOLS["gpu"], pod_group=pod_group)["spec"]
+    assert spec["affinity"]["podAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"] == [
+        user_term,
+        {"labelSelector": {"matchLabels": {"dpjob.io/job-name": "train", "dpjob.io/restart": "3"}},
+         "topologyKey": "dpjob.io/rack"}]
+    assert "affinity" not in build_rank_pod(JobBuilder().replicas(2).obj(), 1, 3, DEFAULT_POOLS["gpu"])["spec"]

@@ -65,6 +65,8 @@ class JobSpec:
     run_policy: RunPolicy
     success_policy: str
     template: Mapping[str, Any]
+    # Node label whose value every rank must share (a rack, an NVLink domain, a SuperPoD), or None.
+    topology_key: str | None = None
 
     @property
     def world_size(self) -> int:
@@ -161,5 +163,6 @@ def parse_job(body: Mapping[str, Any]) -> Job:
             ),
             success_policy=spec.get("successPolicy", "AllRanks"),
             template=template,
+            topology_key=(spec.get("placement") or {}).get("topologyKey") or None,
         ),
     )

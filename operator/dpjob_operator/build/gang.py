@@ -55,6 +55,15 @@ def _labels(job: Job) -> dict[str, str]:
     return {c.LABEL_JOB: job.name, c.LABEL_MANAGED_BY: c.MANAGED_BY}
 
 
+def _template_spec(job: Job) -> dict[str, Any]:
+    """What the Workload's template and every PodGroup copied from it say."""
+    spec: dict[str, Any] = {"schedulingPolicy": {"gang": {"minCount": gang_min_count(job)}}}
+    if job.spec.topology_key:
+        # One domain for the whole gang, chosen among those where it fits (TopologyAwareWorkloadScheduling).
+        spec["schedulingConstraints"] = {"topology": [{"key": job.spec.topology_key}]}
+    return spec
+
+
 def build_workload(job: Job) -> dict[str, Any]:
     """The job's Workload. Its templates are immutable: a different size means a new object."""
     return {
@@ -64,8 +73,7 @@ def build_workload(job: Job) -> dict[str, Any]:
                      "ownerReferences": [job.owner_reference]},
         "spec": {
             "controllerRef": {"apiGroup": c.GROUP, "kind": c.KIND, "name": job.name},
-            "podGroupTemplates": [{"name": TEMPLATE_NAME,
-                                   "schedulingPolicy": {"gang": {"minCount": gang_min_count(job)}}}],
+            "podGroupTemplates": [{"name": TEMPLATE_NAME, **_template_spec(job)}],
         },
     }
 
@@ -81,17 +89,23 @@ def build_pod_group(job: Job, restart: int) -> dict[str, Any]:
         "spec": {
             "podGroupTemplateRef": {"workload": {"workloadName": workload_name(job.name),
                                                  "podGroupTemplateName": TEMPLATE_NAME}},
-            "schedulingPolicy": {"gang": {"minCount": gang_min_count(job)}},
+            **_template_spec(job),
         },
     }
 
 
-def workload_min_count(workload: dict[str, Any]) -> int | None:
-    """The gang size an existing Workload was made for (None if it has no gang template)."""
-    for template in (workload.get("spec") or {}).get("podGroupTemplates") or []:
+def workload_matches(existing: dict[str, Any], job: Job) -> bool:
+    """Whether an existing Workload's gang template says what the job now needs (size, topology).
+
+    Workload templates are immutable, so a mismatch means delete and recreate. Fields the server
+    adds with defaults are ignored; a field the server dropped (a feature gate off) never matches,
+    and that is fine: recreating it cannot bring the field back, so the caller tries once per gang.
+    """
+    want = _template_spec(job)
+    for template in (existing.get("spec") or {}).get("podGroupTemplates") or []:
         if template.get("name") == TEMPLATE_NAME:
-            return ((template.get("schedulingPolicy") or {}).get("gang") or {}).get("minCount")
-    return None
+            return all(template.get(k) == v for k, v in want.items())
+    return False
 
 
 def pod_group_condition(pod_group: dict[str, Any] | None) -> dict[str, Any] | None:

@@ -63,6 +63,21 @@ def _set_device_request(container: dict, resource: str, count: int) -> None:
     requests[resource] = limits[resource]
 
 
+def _add_same_domain_affinity(pod_spec: dict[str, Any], job: Job, restart: int, key: str) -> None:
+    """Ranks of one gang share the ``key`` domain (JobSet's exclusive-topology style).
+
+    Without gang scheduling the first rank picks the domain and the rest follow it; with it, the
+    PodGroup's topology constraint picks a domain the whole gang fits in and this term agrees.
+    Only this generation's ranks count, so a dying gang does not pin the next one.
+    """
+    term = {"labelSelector": {"matchLabels": {c.LABEL_JOB: job.name, c.LABEL_RESTART: str(restart)}},
+            "topologyKey": key}
+    affinity = pod_spec.setdefault("affinity", {}).setdefault("podAffinity", {})
+    required = affinity.setdefault("requiredDuringSchedulingIgnoredDuringExecution", [])
+    if term not in required:
+        required.append(term)
+
+
 def build_rank_pod(job: Job, index: int, restart: int, pool: PoolConfig,
                    cluster_domain: str = "cluster.local", pod_group: str | None = None) -> dict[str, Any]:
     """Rank pod ``index`` of gang generation ``restart``; in PodGroup ``pod_group`` when gang-scheduled."""
@@ -82,6 +97,8 @@ def build_rank_pod(job: Job, index: int, restart: int, pool: PoolConfig,
     pod_spec.setdefault("enableServiceLinks", False)  # thousands of service env vars help nobody
     if pod_group:
         pod_spec["schedulingGroup"] = {"podGroupName": pod_group}
+    if spec.topology_key:
+        _add_same_domain_affinity(pod_spec, job, restart, spec.topology_key)
     pod_spec["nodeSelector"] = {**dict(pool.node_selector), **(pod_spec.get("nodeSelector") or {})}
     if not pod_spec["nodeSelector"]:
         del pod_spec["nodeSelector"]
