@@ -249,13 +249,17 @@ def training() -> dict[str, Any]:
 def operator() -> dict[str, Any]:
     b = Board()
     b.row("Jobs")
-    b.panel("bargauge", "Jobs by phase", [(f"sum by (phase) (dpjob_jobs{{{O}}})", "{{phase}}")], w=8, h=8,
+    b.panel("bargauge", "Jobs by phase", [(f"sum by (phase) (dpjob_jobs{{{O}}})", "{{phase}}")], w=6, h=8,
             decimals=0, description="DataParallelJobs the operator knows, by status.phase.")
     b.panel("timeseries", "Jobs by phase over time", [(f"sum by (phase) (dpjob_jobs{{{O}}})", "{{phase}}")],
-            w=8, decimals=0)
+            w=6, decimals=0)
+    b.panel("timeseries", "Jobs waiting for nodes",
+            [(f"sum by (reason) (dpjob_jobs_unschedulable{{{O}}})", "{{reason}}")], w=6, decimals=0,
+            description="GangUnschedulable: the whole gang does not fit and holds no node (gang scheduling). "
+                        "Unschedulable: ranks placed one by one, some waiting while the others hold nodes.")
     b.panel("timeseries", "Phase transitions/s",
             [(f"sum by (phase) (rate(dpjob_job_transitions_total{{{O}}}[{RI}])) or on() vector(0)", "{{phase}}")],
-            w=8, unit="ops")
+            w=6, unit="ops")
 
     b.row("Reconcile")
     b.panel("timeseries", "Reconcile rate",

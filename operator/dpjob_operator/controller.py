@@ -71,6 +71,8 @@ class Controller:
         self._workers: list[asyncio.Task] = []
         metrics.REGISTRY.register(metrics.JobsByPhase(
             lambda: [(b.get("status") or {}).get("phase") for b in list(self.jobs.values())]))
+        metrics.REGISTRY.register(metrics.JobsUnschedulable(
+            lambda: [b.get("status") or {} for b in list(self.jobs.values())]))
 
     # ---- inputs ---------------------------------------------------------------------------
 

@@ -4,7 +4,7 @@ job names are unbounded, phases and reasons are not."""
 
 from __future__ import annotations
 
-from typing import Callable, Iterable
+from typing import Any, Callable, Iterable, Mapping
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import GaugeMetricFamily
@@ -56,6 +56,37 @@ class JobsByPhase:
         family = GaugeMetricFamily("dpjob_jobs", "DataParallelJobs by phase", labels=["phase"])
         for phase, count in counts.items():
             family.add_metric([phase], count)
+        yield family
+
+    def describe(self):
+        return []
+
+
+class JobsUnschedulable:
+    """``dpjob_jobs_unschedulable{reason}``: jobs whose ranks wait for nodes, computed at scrape time.
+
+    ``GangUnschedulable``: the whole gang does not fit and holds nothing; ``Unschedulable``: ranks
+    scheduled one by one, some of them placed. Both series always exist, so a panel shows 0, not
+    "no data".
+    """
+
+    REASONS = ("Unschedulable", "GangUnschedulable")
+
+    def __init__(self, statuses: Callable[[], Iterable[Mapping[str, Any]]]) -> None:
+        self._statuses = statuses
+
+    def collect(self):
+        counts = dict.fromkeys(self.REASONS, 0)
+        for status in self._statuses():
+            for cond in status.get("conditions") or []:
+                if cond.get("type") == "PodsScheduled" and cond.get("status") == "False" \
+                        and status.get("phase") not in ("Succeeded", "Failed", "Suspended"):
+                    reason = cond.get("reason") or "Unschedulable"
+                    counts[reason] = counts.get(reason, 0) + 1
+        family = GaugeMetricFamily("dpjob_jobs_unschedulable",
+                                   "DataParallelJobs whose ranks wait for nodes, by reason", labels=["reason"])
+        for reason, count in counts.items():
+            family.add_metric([reason], count)
         yield family
 
     def describe(self):

@@ -157,3 +157,18 @@ def test_topology_key_is_also_a_required_pod_affinity_on_this_generation(pod_gro
         {"labelSelector": {"matchLabels": {"dpjob.io/job-name": "train", "dpjob.io/restart": "3"}},
          "topologyKey": "dpjob.io/rack"}]
     assert "affinity" not in build_rank_pod(JobBuilder().replicas(2).obj(), 1, 3, DEFAULT_POOLS["gpu"])["spec"]
+
+
+def test_jobs_waiting_for_nodes_metric_counts_live_jobs_by_reason():
+    from dpjob_operator.metrics import JobsUnschedulable
+
+    def waiting(reason, phase="Created"):
+        return {"phase": phase, "conditions": [{"type": "PodsScheduled", "status": "False", "reason": reason}]}
+
+    statuses = [waiting("GangUnschedulable"), waiting("GangUnschedulable"), waiting("Unschedulable"),
+                waiting("GangUnschedulable", "Failed"), {"phase": "Running", "conditions": [
+                    {"type": "PodsScheduled", "status": "True", "reason": "Scheduled"}]}]
+    (family,) = JobsUnschedulable(lambda: statuses).collect()
+    assert {s.labels["reason"]: s.value for s in family.samples} == {"GangUnschedulable": 2, "Unschedulable": 1}
+    (empty,) = JobsUnschedulable(lambda: []).collect()
+    assert {s.labels["reason"]: s.value for s in empty.samples} == {"GangUnschedulable": 0, "Unschedulable": 0}

@@ -113,6 +113,7 @@ def test_every_dashboard_query_returns_data_from_real_prometheus(tmp_path):
     registry = CollectorRegistry(auto_describe=True)
     registry.register(OperatorMetrics())
     registry.register(om.JobsByPhase(lambda: ["Running", "Succeeded"]))
+    registry.register(om.JobsUnschedulable(lambda: []))
     op_port = _free_port()
     op_server, _ = start_http_server(op_port, addr="127.0.0.1", registry=registry)
     trainers = []

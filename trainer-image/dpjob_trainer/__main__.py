@@ -66,6 +66,8 @@ def build_parser() -> argparse.ArgumentParser:
     ops.add_argument("--rank-table-timeout", type=float, default=600.0, help="seconds to wait for RANK_TABLE_FILE to complete")
     ops.add_argument("--rendezvous-timeout", type=float, default=900.0, help="seconds to wait for all ranks at MASTER_ADDR:MASTER_PORT")
     ops.add_argument("--collective-timeout", type=float, default=1800.0, help="seconds one collective may hang before failing")
+    ops.add_argument("--shutdown-timeout", type=float, default=30.0,
+                     help="seconds to wait for the process group to shut down after training before exiting without it")
     return p
 
 
@@ -126,8 +128,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         if threads:
             torch.set_num_threads(threads)
         cfg = TrainConfig(**{k: v for k, v in vars(args).items() if k in TrainConfig.__dataclass_fields__})
+        trainer = Trainer(cfg, env, metrics, StopFlag())
         try:
-            code = Trainer(cfg, env, metrics, StopFlag()).run()
+            code = trainer.run()
         except (EnvError, RendezvousError, ConfigError, TaskError) as exc:
             return fail(str(exc))
     except RankTableTimeout as exc:
@@ -135,6 +138,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.metrics_linger > 0 and args.metrics_port:
         _linger(args.metrics_linger)
     metrics.close()
+    if trainer.exit_hard:
+        # A stuck process-group thread would hang interpreter teardown: leave now, work is saved.
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
     return code
 
 

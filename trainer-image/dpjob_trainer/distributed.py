@@ -17,9 +17,10 @@ ready, which is how exposed communication is measured (see CommHook).
 # No "from __future__ import annotations" here: DDP.register_comm_hook inspects the hook's
 # annotations at runtime and rejects string annotations.
 
+import threading
 import time
 from datetime import timedelta
-from typing import Any
+from typing import Any, Callable
 
 import torch
 import torch.distributed as dist
@@ -146,6 +147,29 @@ class CommHook:
         start, end = token
         end.synchronize()
         return max(start.elapsed_time(end) / 1000.0, 0.0)
+
+
+def shutdown_process_group(timeout: float = 30.0, destroy: Callable[[], None] | None = None) -> bool:
+    """``dist.destroy_process_group()``, bounded: True if it returned within ``timeout`` seconds.
+
+    It can hang after training has finished (pytorch/pytorch#75097, open; seen here once in CI
+    with gloo: both ranks logged "done" and never exited). A pod that never exits keeps its job
+    from ever Succeeding, while everything worth keeping (checkpoint, report) is already written.
+    So the caller gives up waiting and exits the process hard instead.
+    """
+    done = threading.Event()
+    destroy = destroy or dist.destroy_process_group
+
+    def run() -> None:
+        try:
+            destroy()
+        except Exception:  # noqa: BLE001 - a peer already gone; the group is being dropped anyway
+            pass
+        finally:
+            done.set()
+
+    threading.Thread(target=run, name="destroy-process-group", daemon=True).start()
+    return done.wait(timeout)
 
 
 def all_reduce_sum(tensor: torch.Tensor) -> torch.Tensor:

@@ -30,7 +30,7 @@ from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader, default_collate
 
 from . import checkpoint
-from .distributed import CommHook, all_reduce_max, all_reduce_sum, init_process_group
+from .distributed import CommHook, all_reduce_max, all_reduce_sum, init_process_group, shutdown_process_group
 from .env import DistEnv, device_for, select_backend
 from .metrics import NullMetrics
 from .sharding import ShardPlan
@@ -74,6 +74,7 @@ class TrainConfig:
     report_dir: str | None = None
     rendezvous_timeout: float = 900.0
     collective_timeout: float = 1800.0
+    shutdown_timeout: float = 30.0
 
 
 @dataclass
@@ -208,6 +209,7 @@ class Trainer:
 
     def __init__(self, cfg: TrainConfig, env: DistEnv, metrics: NullMetrics, stop: StopFlag, out: TextIO = sys.stdout):
         self.cfg, self.env, self.metrics, self.stop, self.out = cfg, env, metrics, stop, out
+        self.exit_hard = False  # the process group would not shut down: skip interpreter teardown
 
     def log(self, event: str, **fields: Any) -> None:
         emit(event, self.out, rank=self.env.rank, **fields)
@@ -485,6 +487,8 @@ class Trainer:
             train_seconds=round(stats.train_seconds, 6),
             samples_per_second=round(stats.global_samples / max(stats.train_seconds, 1e-9), 2),
         )  # fmt: skip
-        if dist.is_available() and dist.is_initialized():
-            dist.destroy_process_group()
+        if dist.is_available() and dist.is_initialized() and not shutdown_process_group(cfg.shutdown_timeout):
+            self.log("shutdown_timeout", seconds=cfg.shutdown_timeout,
+                     message="destroy_process_group did not return; exiting without it (pytorch#75097)")
+            self.exit_hard = True
         return EXIT_PREEMPTED if preempted else EXIT_OK
