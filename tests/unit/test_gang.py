@@ -172,3 +172,28 @@ def test_jobs_waiting_for_nodes_metric_counts_live_jobs_by_reason():
     assert {s.labels["reason"]: s.value for s in family.samples} == {"GangUnschedulable": 2, "Unschedulable": 1}
     (empty,) = JobsUnschedulable(lambda: []).collect()
     assert {s.labels["reason"]: s.value for s in empty.samples} == {"GangUnschedulable": 0, "Unschedulable": 0}
+
+
+def test_a_gang_started_without_a_pod_group_is_completed_without_one():
+    """Gang scheduling became available (operator restart) while ranks 0 and 1 of 3 already exist:
+    rank 2 must not join a PodGroup of 3 that only it would ever belong to."""
+    p = plan(JobBuilder().replicas(3), {"phase": "Pending", "restarts": 0},
+             [pod(0, "Pending", node=None), pod(1, "Pending", node=None)], GangObservation(3))
+    assert CreatePods((2,), 0, None) in p.actions
+    assert not [a for a in p.actions if isinstance(a, EnsureGang)] and "gang" not in p.status
+
+
+def test_a_gang_started_with_a_pod_group_keeps_it_even_if_the_job_now_disables_gangs():
+    status = {"phase": "Pending", "restarts": 0, "gang": {"podGroup": "train-gang-0", "minCount": 3}}
+    ranks = [pod(i, "Pending", node=None, pod_group="train-gang-0") for i in (0, 1)]
+    p = plan(JobBuilder().replicas(3).run_policy(gangScheduling="Disabled"), status, ranks, None)
+    assert CreatePods((2,), 0, "train-gang-0") in p.actions
+    assert ReleaseGang() not in p.actions and p.status["gang"]["podGroup"] == "train-gang-0"
+
+
+def test_pod_observation_reads_the_pod_group():
+    from dpjob_operator.reconcile.observe import observe_pod
+
+    seen = observe_pod({"metadata": {"name": "train-rank-0", "labels": {"dpjob.io/rank": "0"}},
+                        "spec": {"schedulingGroup": {"podGroupName": "train-gang-0"}}})
+    assert seen.pod_group == "train-gang-0"

@@ -33,6 +33,7 @@ class PodObservation:
     disrupted: bool = False
     unschedulable: str | None = None  # the scheduler's message when PodScheduled=False/Unschedulable
     replicas_annotation: int | None = None
+    pod_group: str | None = None  # spec.schedulingGroup.podGroupName: the gang it was created into
     annotations: Mapping[str, str] = field(default_factory=dict)
 
     @property
@@ -99,5 +100,6 @@ def observe_pod(pod: Mapping[str, Any]) -> PodObservation | None:
         disrupted=disrupted,
         unschedulable=unschedulable,
         replicas_annotation=_int(annotations.get(c.ANNOTATION_REPLICAS), 0) or None,
+        pod_group=((pod.get("spec") or {}).get("schedulingGroup") or {}).get("podGroupName"),
         annotations={k: v for k, v in annotations.items() if k.startswith("ascend.") or k.startswith("huawei.com/")},
     )

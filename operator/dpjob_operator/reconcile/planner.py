@@ -287,15 +287,15 @@ def _converge(ctx: _Ctx, current: list[PodObservation], all_pods: Sequence[PodOb
     present = {p.index for p in current}
     missing = tuple(i for i in range(spec.replicas) if i not in present
                     and rank_pod_name(ctx.job.name, i) not in names_in_use)
-    if ctx.gang is not None:
+    group = _gang_of_generation(ctx, current, gen)
+    if group is not None and ctx.gang is not None:
         # Before the pods: a rank naming a PodGroup that does not exist yet waits for it anyway,
         # but the group must be whole before the scheduler can admit any of it.
         ctx.actions.append(EnsureGang(gen, ctx.gang.min_count))
-        ctx.status["gang"] = {"podGroup": pod_group_name(ctx.job.name, gen), "minCount": ctx.gang.min_count}
-    else:
+        ctx.status["gang"] = {"podGroup": group, "minCount": ctx.gang.min_count}
+    elif group is None:
         ctx.release_gang()
     if missing:
-        group = pod_group_name(ctx.job.name, gen) if ctx.gang is not None else None
         ctx.actions.append(CreatePods(missing, gen, group))
     extra = [p.name for p in current if p.index >= spec.replicas and not p.deleting]
     if extra:  # elastic scale-down: the highest ranks leave, torchrun re-forms the group
@@ -354,6 +354,21 @@ def _converge(ctx: _Ctx, current: list[PodObservation], all_pods: Sequence[PodOb
                   f"all {spec.replicas} rank pod(s) created, {len(running)}/{spec.replicas} running")
     else:
         ctx.phase("Pending", "Accepted", f"creating {spec.replicas} rank pod(s), world size {spec.world_size}")
+
+
+def _gang_of_generation(ctx: _Ctx, current: list[PodObservation], gen: int) -> str | None:
+    """The PodGroup the ranks of generation ``gen`` belong to, or None: decided once per gang.
+
+    A generation whose first ranks exist keeps what they have: a rank added to it later joins
+    the same PodGroup, or none, whatever the operator or the job says now. Otherwise a group
+    with minCount N could get fewer than N members (they would wait forever), or a gang's
+    members could lose their PodGroup. A change (operator config, API enabled, the job's
+    ``gangScheduling``) takes effect with the next generation.
+    """
+    existing = [p for p in current if not p.deleting]
+    if existing:
+        return next((p.pod_group for p in existing if p.pod_group), None)
+    return pod_group_name(ctx.job.name, gen) if ctx.gang is not None else None
 
 
 def _rank_table_status(ctx: _Ctx, outcome: RankTableOutcome, gen: int) -> None:
