@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from devcluster import cluster as devcluster
 from devcluster import prometheus as promsupport
 from devcluster import stack
 from tests import dpj
@@ -75,13 +76,19 @@ def last_instant_with(url: str, promql: str, start: float, end: float) -> float:
     return max(stamps)
 
 
-def test_quickstart_trains_to_success_and_is_observed_by_prometheus(api, namespace, operator, agent, prom):
+def test_quickstart_trains_to_success_and_is_observed_by_prometheus(api, core, namespace, operator, agent, prom):
     job = stack.run_on_agent(yaml.safe_load((REPO / "examples" / "quickstart-cpu.yaml").read_text()))
     dpj.create(api, namespace, job)
-    dpj.wait_phase(api, namespace, "quickstart", "Running", timeout=120)
+    running = dpj.wait_phase(api, namespace, "quickstart", "Running", timeout=120)
     running_at = time.time()
     st = dpj.wait_phase(api, namespace, "quickstart", "Succeeded", timeout=300)
     assert st["succeededReplicas"] == 2 and st["restarts"] == 0
+
+    if devcluster.GANG_SCHEDULING:  # the DDP group was scheduled as one gang, and the gang is released
+        assert running["gang"] == {"podGroup": "quickstart-gang-0", "minCount": 2}
+        assert {p.spec.scheduling_group.pod_group_name for p in dpj.rank_pods(core, namespace, "quickstart")} \
+            == {"quickstart-gang-0"}
+        assert "gang" not in st
 
     rs = reports(namespace, "quickstart")
     assert [r["rank"] for r in rs] == [0, 1] and all(r["world_size"] == 2 and r["backend"] == "gloo" for r in rs)
