@@ -197,3 +197,9 @@ def test_pod_observation_reads_the_pod_group():
     seen = observe_pod({"metadata": {"name": "train-rank-0", "labels": {"dpjob.io/rank": "0"}},
                         "spec": {"schedulingGroup": {"podGroupName": "train-gang-0"}}})
     assert seen.pod_group == "train-gang-0"
+
+
+def test_success_releases_the_gang_in_the_same_pass():
+    status = {"phase": "Running", "restarts": 0, "gang": {"podGroup": "train-gang-0", "minCount": 2}}
+    p = plan(JobBuilder().replicas(2), status, [pod(0, "Succeeded"), pod(1, "Succeeded")], GangObservation(2))
+    assert p.status["phase"] == "Succeeded" and "gang" not in p.status and ReleaseGang() in p.actions

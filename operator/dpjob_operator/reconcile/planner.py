@@ -247,6 +247,7 @@ def plan_job(job: Job, status: Mapping[str, Any], pods: Sequence[PodObservation]
         leftovers = [p.name for p in current if p.active]
         if leftovers:
             ctx.actions.append(DeletePods(tuple(leftovers), "JobSucceeded"))
+        ctx.release_gang()
         ctx.status["completionTime"] = ctx.now_s
         ctx.cond("Running", False, "JobSucceeded", "the job has finished")
         ctx.cond("Succeeded", True, "JobSucceeded", _success_message(spec.success_policy, spec.replicas))
