@@ -187,27 +187,22 @@ def resolve_env(pod: Mapping[str, Any], container: Mapping[str, Any], get_config
     """
     namespace = (pod.get("metadata") or {}).get("namespace") or "default"
     env: dict[str, str] = {}
+    # envFrom source key -> (how to fetch it, how to read its data, its kind in the kubelet's error)
+    kinds = {"configMapRef": (get_configmap, configmap_items, "configmap"),
+             "secretRef": (get_secret, secret_items, "secret")}
     for source in container.get("envFrom") or []:
         prefix = source.get("prefix") or ""
-        if "configMapRef" in source:
-            ref = source["configMapRef"]
-            cm = get_configmap(namespace, ref.get("name", ""))
-            if cm is None:
-                if ref.get("optional"):
-                    continue
-                raise EnvError(f'configmap "{ref.get("name")}" not found')
-            items = configmap_items(cm)
-        elif "secretRef" in source:
-            ref = source["secretRef"]
-            secret = get_secret(namespace, ref.get("name", ""))
-            if secret is None:
-                if ref.get("optional"):
-                    continue
-                raise EnvError(f'secret "{ref.get("name")}" not found')
-            items = secret_items(secret)
-        else:
+        ref_key = next((k for k in kinds if k in source), None)
+        if ref_key is None:
             continue
-        for key, value in items.items():
+        get, read, kind = kinds[ref_key]
+        ref = source[ref_key]
+        obj = get(namespace, ref.get("name", ""))
+        if obj is None:
+            if ref.get("optional"):
+                continue
+            raise EnvError(f'{kind} "{ref.get("name")}" not found')
+        for key, value in read(obj).items():
             name = prefix + key
             if name and "=" not in name:
                 env[name] = value

@@ -20,6 +20,7 @@ from typing import Any
 from kubernetes.client.rest import ApiException
 
 from dpjob_operator import metrics
+from dpjob_operator.api.constants import LABEL_JOB
 from dpjob_operator.api.spec import Job, SpecError, parse_job
 from dpjob_operator.build import gang as gangs
 from dpjob_operator.build.configmaps import build_job_rank_tables, build_ranktable_configmaps
@@ -206,7 +207,9 @@ class Controller:
                 outcome = RankTableOutcome(result.ready, result.reason, result.message, result.version, result.files)
             except RankTableError as e:
                 outcome = RankTableOutcome(False, "InvalidRankTableRequest", str(e), "none", {})
-        gang = await self._observe_gang(job, gen, pods) if gangs.gang_enabled(job, self.gangs_supported) else None
+        gang, awaiting_verdict = None, False
+        if gangs.gang_enabled(job, self.gangs_supported):
+            gang, awaiting_verdict = await self._observe_gang(job, gen, pods)
         plan = plan_job(job, status, pods, now, self.cfg.pools.get(job.spec.accelerator), outcome, gang)
         if plan.status != status:
             await self._write_status(key, body, plan.status)
@@ -216,22 +219,22 @@ class Controller:
         self._observe(job, status, plan)
         wake = next_wakeup(job, plan.status, now)
         resync = self.cfg.resync_seconds
-        if gang is not None and gang.scheduled is None and plan.status.get("phase") in ("Pending", "Created",
-                                                                                         "Restarting"):
+        if awaiting_verdict:
             # The scheduler's first verdict lands on the PodGroup, which we do not watch: look again
             # soon. Once it has judged, binding (or not) shows up as pod events.
             resync = min(resync, 5.0)
         return resync if wake is None else min(resync, wake + 0.05)
 
-    async def _observe_gang(self, job: Job, gen: int, pods) -> GangObservation:
-        """The scheduler's verdict on the gang, read only while some rank of it is unbound."""
-        unbound = [p for p in pods if p.restart == gen and not p.deleting and not p.node]
+    async def _observe_gang(self, job: Job, gen: int, pods) -> tuple[GangObservation, bool]:
+        """The scheduler's verdict on the gang, read only while some rank of our PodGroup is unbound;
+        and whether we are still waiting for its first verdict (then the job is looked at again soon)."""
+        unbound = [p for p in pods if p.restart == gen and not p.deleting and not p.node and p.pod_group]
         verdict = None
         if unbound and (job.uid, gen) in self._pod_groups:
             group = await self._run(self.kube.get_object, gangs.SCHEDULING_GROUP, gangs.SCHEDULING_VERSION,
                                     "podgroups", job.namespace, pod_group_name(job.name, gen))
             verdict = gangs.pod_group_condition(group)
-        return GangObservation(gangs.gang_min_count(job), verdict)
+        return GangObservation(gangs.gang_min_count(job), verdict), bool(unbound) and verdict is None
 
     async def _run(self, fn, *args):
         return await self.loop.run_in_executor(self.pool, lambda: fn(*args))
@@ -291,21 +294,23 @@ class Controller:
             await self._run(self.kube.create_object, g, v, "workloads", workload)
         group = gangs.build_pod_group(job, action.restart)
         await self._run(self.kube.create_object, g, v, "podgroups", group)
-        names = await self._run(self.kube.list_object_names, g, v, "podgroups", job.namespace,
-                                f"dpjob.io/job-name={job.name}")
-        for name in names:
-            if name != group["metadata"]["name"]:
-                await self._run(self.kube.delete_object, g, v, "podgroups", job.namespace, name)
+        await self._delete_pod_groups(job, keep=group["metadata"]["name"])
         self._pod_groups.add((job.uid, action.restart))
 
     async def _release_gang(self, job: Job) -> None:
+        await self._delete_pod_groups(job)
+        await self._run(self.kube.delete_object, gangs.SCHEDULING_GROUP, gangs.SCHEDULING_VERSION, "workloads",
+                        job.namespace, workload_name(job.name))
+        self._pod_groups.difference_update({k for k in self._pod_groups if k[0] == job.uid})
+
+    async def _delete_pod_groups(self, job: Job, keep: str | None = None) -> None:
+        """Every PodGroup of the job but ``keep`` (older generations'; all on release)."""
         g, v = gangs.SCHEDULING_GROUP, gangs.SCHEDULING_VERSION
         names = await self._run(self.kube.list_object_names, g, v, "podgroups", job.namespace,
-                                f"dpjob.io/job-name={job.name}")
+                                f"{LABEL_JOB}={job.name}")
         for name in names:
-            await self._run(self.kube.delete_object, g, v, "podgroups", job.namespace, name)
-        await self._run(self.kube.delete_object, g, v, "workloads", job.namespace, workload_name(job.name))
-        self._pod_groups.difference_update({k for k in self._pod_groups if k[0] == job.uid})
+            if name != keep:
+                await self._run(self.kube.delete_object, g, v, "podgroups", job.namespace, name)
 
     async def _bounded(self, calls) -> list:
         """Run blocking API calls in parallel, at most ``create_concurrency`` in flight."""

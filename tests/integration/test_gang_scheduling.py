@@ -7,7 +7,6 @@ fresh 8-GPU nodes, tainted so that only this test's jobs land there, make the sh
 
 from __future__ import annotations
 
-import copy
 import uuid
 
 import pytest
@@ -167,12 +166,12 @@ def test_each_gang_restart_gets_its_own_pod_group_and_a_finished_job_keeps_none(
         api, namespace, "podgroups")] == ["train-gang-1"], timeout=60)
 
     # Suspending (Kueue) releases the gang; finishing keeps none either.
-    body = copy.deepcopy(dpj.get(api, namespace, "train"))
+    uid = dpj.get(api, namespace, "train")["metadata"]["uid"]
     dpj.patch(api, namespace, "train", {"spec": {"runPolicy": {"suspend": True}}})
     dpj.wait_phase(api, namespace, "train", "Suspended")
     wait_for("no PodGroup or Workload while suspended", lambda: not objects(api, namespace, "podgroups")
              and not objects(api, namespace, "workloads"), timeout=60)
-    assert body["metadata"]["uid"] == dpj.get(api, namespace, "train")["metadata"]["uid"]
+    assert uid == dpj.get(api, namespace, "train")["metadata"]["uid"]
     dpj.patch(api, namespace, "train", {"spec": {"runPolicy": {"suspend": False}}})
     st = dpj.wait_phase(api, namespace, "train", "Running", timeout=90)
     assert [g["metadata"]["name"] for g in objects(api, namespace, "podgroups")] == [st["gang"]["podGroup"]]

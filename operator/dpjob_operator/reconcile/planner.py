@@ -11,8 +11,7 @@ forgotten.
 from __future__ import annotations
 
 import copy
-import dataclasses
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta, timezone
 from typing import Any, Mapping, Sequence
 
@@ -235,7 +234,7 @@ def plan_job(job: Job, status: Mapping[str, Any], pods: Sequence[PodObservation]
         vanished = [i for i in range(spec.replicas) if i not in present]
         terminating = [p for p in current if p.deleting and p.index < spec.replicas]
         if terminating:
-            gone = dataclasses.replace(terminating[0], reason=terminating[0].reason or "PodDeleted", disrupted=True)
+            gone = replace(terminating[0], reason=terminating[0].reason or "PodDeleted", disrupted=True)
         elif vanished:
             gone = PodObservation(name=rank_pod_name(job.name, vanished[0]), uid="", index=vanished[0],
                                   restart=gen, phase="Unknown", reason="PodDeleted", disrupted=True)
