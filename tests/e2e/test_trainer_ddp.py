@@ -353,9 +353,10 @@ def test_invalid_environment_fails_fast_with_exit_2_and_one_line(env, needle):
 
 
 def test_rank_table_that_never_completes_is_named_in_the_error(tmp_path):
+    """hccl reads the table at communicator init, so the trainer waits for it, within a deadline."""
     table = tmp_path / "ranktable.json"
     table.write_text('{"status": "initializing"}')
-    result = _cli({"RANK_TABLE_FILE": str(table)}, "--rank-table-timeout", "1")
+    result = _cli({"RANK_TABLE_FILE": str(table), "DPJOB_BACKEND": "hccl"}, "--rank-table-timeout", "1")
     assert result.returncode == 2
     assert str(table) in result.stderr and "'initializing'" in result.stderr
 
@@ -363,12 +364,20 @@ def test_rank_table_that_never_completes_is_named_in_the_error(tmp_path):
 def test_rank_table_completed_late_then_training_runs(tmp_path):
     table = tmp_path / "ranktable.json"
     table.write_text('{"status": "initializing"}')
-    job = launch(tmp_path, "ranktable", 1, ["--task", "linear", "--steps", "5"],
+    job = launch(tmp_path, "ranktable", 1, ["--task", "linear", "--steps", "5", "--rank-table-wait", "always"],
                  extra_env={"RANK_TABLE_FILE": str(table)})
     time.sleep(1.5)
     assert job.procs[0].exitcode is None and not job.events(0, "start")  # still waiting for the table
     table.write_text('{"status": "completed", "ranks": []}')
     assert assert_ok(job)[0]["steps"] == 5
+
+
+def test_gloo_ranks_do_not_wait_for_a_rank_table_they_never_read(tmp_path):
+    """A kubelet refreshes the mounted table only on its ~1 min pod sync: waiting cost every start that."""
+    table = tmp_path / "ranktable.json"
+    table.write_text('{"status": "initializing"}')
+    job = launch(tmp_path, "nowait", 2, ["--task", "linear", "--steps", "5"], extra_env={"RANK_TABLE_FILE": str(table)})
+    assert [r["steps"] for r in assert_ok(job)] == [5, 5]
 
 
 def test_rendezvous_timeout_names_the_address_it_waited_for(tmp_path):

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from dpjob_trainer.ranktable import RankTableTimeout, read_rank_table_status, wait_for_rank_table
+from dpjob_trainer.ranktable import RankTableTimeout, read_rank_table_status, wait_for_rank_table, must_wait_for_rank_table
 
 pytestmark = pytest.mark.unit
 
@@ -96,3 +96,20 @@ def test_status_reading(tmp_path, content, status):
     path = tmp_path / "rt.json"
     path.write_text(content)
     assert read_rank_table_status(str(path))[0] == status
+
+
+@pytest.mark.parametrize("backend,policy,waits", [
+    ("hccl", "auto", True),      # HCCL reads the table during communicator init
+    ("gloo", "auto", False),     # torch rendezvous at MASTER_ADDR: waiting would cost a kubelet sync (~1 min)
+    ("nccl", "auto", False),
+    (None, "auto", False),
+    ("gloo", "always", True),    # a user's own script that reads the table
+    ("hccl", "never", False),
+])
+def test_the_trainer_waits_for_the_rank_table_only_when_its_backend_reads_it(backend, policy, waits):
+    assert must_wait_for_rank_table(backend, policy) is waits
+
+
+def test_an_unknown_wait_policy_is_an_error():
+    with pytest.raises(ValueError, match="auto, always or never"):
+        must_wait_for_rank_table("gloo", "sometimes")

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 
 from .env import DistEnv, EnvError, parse_env
 from .metrics import NullMetrics, TrainerMetrics
-from .ranktable import RankTableTimeout, wait_for_rank_table
+from .ranktable import RankTableTimeout, must_wait_for_rank_table, wait_for_rank_table
 
 EXIT_USAGE = 2
 
@@ -64,6 +64,8 @@ def build_parser() -> argparse.ArgumentParser:
     ops.add_argument("--metrics-addr", default="0.0.0.0")
     ops.add_argument("--metrics-linger", type=float, default=0.0, help="keep serving metrics this many seconds after training")
     ops.add_argument("--rank-table-timeout", type=float, default=600.0, help="seconds to wait for RANK_TABLE_FILE to complete")
+    ops.add_argument("--rank-table-wait", choices=["auto", "always", "never"], default="auto",
+                     help="wait for RANK_TABLE_FILE before joining: auto = only for backends that read it (hccl)")
     ops.add_argument("--rendezvous-timeout", type=float, default=900.0, help="seconds to wait for all ranks at MASTER_ADDR:MASTER_PORT")
     ops.add_argument("--collective-timeout", type=float, default=1800.0, help="seconds one collective may hang before failing")
     ops.add_argument("--shutdown-timeout", type=float, default=30.0,
@@ -115,7 +117,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         metrics = live
 
     try:
-        if env.rank_table_file:
+        if env.rank_table_file and must_wait_for_rank_table(env.requested_backend, args.rank_table_wait):
             wait_for_rank_table(env.rank_table_file, timeout=args.rank_table_timeout, poll=1.0)
 
         import torch  # deferred: the checks above must fail fast
