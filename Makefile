@@ -14,11 +14,17 @@ help: ## list targets
 venv: ## create or reuse the cached virtual environment
 	@bash devcluster/venv.sh >/dev/null
 
-binaries: ## build or reuse etcd, kube-*, kubectl, kwok and helm from Go modules
+binaries: ## build or reuse etcd, kube-*, kubelet, kubectl, kwok, helm, CoreDNS and Prometheus from Go modules
 	@bash devcluster/build.sh >/dev/null
 
-cluster-up: ## start the local control plane (idempotent)
-	@bin=$(BIN_DIR); venv=$(VENV); python3 devcluster/cluster.py up --bin-dir "$$bin" --python "$$venv/bin/python"
+images: ## build or reuse the pause, CoreDNS, operator and trainer images (buildah, no Docker daemon)
+	@bash devcluster/images.sh >/dev/null
+
+doctor: ## list every prerequisite, found or missing, with versions
+	@python3 devcluster/doctor.py
+
+cluster-up: ## start the local cluster: control plane, kwok pools, a real node (idempotent)
+	@bash devcluster/sysdeps.sh tools; bin=$(BIN_DIR); venv=$(VENV); python3 devcluster/cluster.py up --bin-dir "$$bin" --python "$$venv/bin/python"
 
 cluster-down: ## stop the local control plane and remove its state
 	@python3 devcluster/cluster.py down
@@ -38,8 +44,8 @@ test-unit: ## unit tests only (no cluster)
 test: cluster-up ## every test: unit, integration (real control plane) and end-to-end
 	@venv=$(VENV); KUBECONFIG=$(KUBECONFIG_PATH) bash devcluster/pytest.sh "$$venv/bin/python" $(PYTEST_ARGS)
 
-dev: ## the main job: cluster, operator and a real DDP job (see README)
-	@venv=$(VENV); bin=$(BIN_DIR); "$$venv/bin/python" devcluster/dev.py --bin-dir "$$bin"
+dev: ## the main job: cluster with a real node, the operator installed with Helm, a real DDP job (see README)
+	@bash devcluster/sysdeps.sh tools; venv=$(VENV); bin=$(BIN_DIR); "$$venv/bin/python" devcluster/dev.py --bin-dir "$$bin"
 
 bench: cluster-up ## benchmarks (ratios side by side; results in bench/results/)
 	@venv=$(VENV); for b in bench/bench_*.py; do KUBECONFIG=$(KUBECONFIG_PATH) "$$venv/bin/python" $$b; done
@@ -47,4 +53,4 @@ bench: cluster-up ## benchmarks (ratios side by side; results in bench/results/)
 clean: cluster-down ## remove local state (caches under ~/.cache/dpjob are kept)
 	@rm -rf .devcluster .pytest_cache
 
-.PHONY: help venv binaries cluster-up cluster-down cluster-status crds run test-unit test dev bench clean
+.PHONY: help venv binaries images doctor cluster-up cluster-down cluster-status crds run test-unit test dev bench clean

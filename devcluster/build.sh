@@ -1,9 +1,13 @@
 #!/usr/bin/env bash
-# Build (or reuse) the local control plane's binaries from Go modules.
+# Build (or reuse) the dev cluster's binaries from Go modules: the control plane and a real node
+# (kube-apiserver, controller-manager, scheduler, kubelet, kube-proxy, kubectl), etcd, kwok, helm,
+# CoreDNS and Prometheus 3.
 #
 # Why from Go modules: this project's machines have no Docker engine and cannot download
 # release binaries, but they do reach the Go module proxy. Everything lands in
 # ~/.cache/dpjob/<versions>/bin so that a second run (and CI on the same machine) takes seconds.
+# A cold build prints one line per component with its elapsed time and an estimate; the full Go
+# output goes to ~/.cache/dpjob/logs/build-<component>.log.
 # Prints the bin directory on the last line of stdout.
 set -euo pipefail
 
@@ -11,24 +15,54 @@ K8S_VERSION=${K8S_VERSION:-1.36.3}
 ETCD_VERSION=${ETCD_VERSION:-3.6.16}
 KWOK_VERSION=${KWOK_VERSION:-0.8.0}
 HELM_VERSION=${HELM_VERSION:-3.21.4}
+COREDNS_VERSION=${COREDNS_VERSION:-1.15.0}
+# Prometheus 3.x is published as the Go module version v0.3<minor>.<patch>.
+PROMETHEUS_MODULE_VERSION=${PROMETHEUS_MODULE_VERSION:-0.316.0}
 
 CACHE_ROOT=${DPJOB_CACHE:-$HOME/.cache/dpjob}
 KEY="k8s-${K8S_VERSION}_etcd-${ETCD_VERSION}_kwok-${KWOK_VERSION}_helm-${HELM_VERSION}"
 BIN="$CACHE_ROOT/$KEY/bin"
 WORK="$CACHE_ROOT/$KEY/build"
-mkdir -p "$BIN" "$WORK"
+TOOLS="$CACHE_ROOT/tools"
+BUILD_LOGS="$CACHE_ROOT/logs"
+mkdir -p "$BIN" "$WORK" "$TOOLS" "$BUILD_LOGS"
 
 export CGO_ENABLED=0 GOFLAGS=-trimpath GOTOOLCHAIN=${GOTOOLCHAIN:-local}
 log() { echo "[build] $*" >&2; }
 have() { [ -x "$BIN/$1" ]; }
+command -v go >/dev/null 2>&1 || { log "go is not installed: install Go >= 1.25 (https://go.dev/doc/install), then re-run"; exit 1; }
+
+# step NAME MINUTES FUNCTION: run FUNCTION with its output in a log file, and say every minute how
+# long it has taken against the usual cold time on 2 cores. One clear line if it fails.
+STEP=0
+STEPS_TOTAL=0
+step() {
+  local name=$1 usual=$2 fn=$3 logfile="$BUILD_LOGS/build-$1.log" t0=$SECONDS ticker
+  STEP=$((STEP + 1))
+  log "$name ($STEP/$STEPS_TOTAL): building from Go modules, usually ~${usual} min cold on 2 cores (log: $logfile)"
+  ( while sleep 60; do
+      local m=$(( (SECONDS - t0) / 60 )); local left=$(( usual - m ))
+      if [ $left -gt 0 ]; then log "  $name: ${m} min so far, about ${left} min left"; else log "  $name: ${m} min so far, nearly done"; fi
+    done ) &
+  ticker=$!
+  ( "$fn" ) >"$logfile" 2>&1 &  # in the background so that `set -e` holds inside it
+  if ! wait $!; then
+    kill "$ticker" 2>/dev/null; wait "$ticker" 2>/dev/null || true
+    tail -n 20 "$logfile" >&2
+    log "building $name failed after $((SECONDS - t0))s: see $logfile (a network error: re-run; disk full: free space under $CACHE_ROOT)"
+    exit 1
+  fi
+  kill "$ticker" 2>/dev/null; wait "$ticker" 2>/dev/null || true
+  log "$name: done in $((SECONDS - t0))s"
+}
 MINOR=${K8S_VERSION#1.}; MINOR=${MINOR%%.*}
 BUILD_DATE=$(date -u +%FT%TZ)
 
+K8S_TARGETS=(kube-apiserver kube-controller-manager kube-scheduler kubectl kubelet kube-proxy)
+k8s_missing() { local t; for t in "${K8S_TARGETS[@]}"; do have "$t" || echo "$t"; done; }
 build_k8s() {
-  local targets=(kube-apiserver kube-controller-manager kube-scheduler kubectl) missing=()
-  for t in "${targets[@]}"; do have "$t" || missing+=("$t"); done
-  [ ${#missing[@]} -eq 0 ] && return 0
-  log "building Kubernetes v$K8S_VERSION: ${missing[*]} (cold: tens of minutes on 2 cores)"
+  local missing=()
+  mapfile -t missing < <(k8s_missing)
   local dir="$WORK/k8s"; mkdir -p "$dir"; cd "$dir"
   if [ ! -f go.mod ]; then
     go mod init local/k8sbuild >/dev/null 2>&1
@@ -39,7 +73,8 @@ build_k8s() {
     awk -v s="v0.${K8S_VERSION#1.}" '$1 ~ /^k8s\.io\// && $2=="v0.0.0" {print "replace "$1" => "$1" "s}' "$gomod" >> go.mod
     grep '^godebug' "$gomod" >> go.mod || true
     go get -tool "k8s.io/kubernetes/cmd/kube-apiserver@v$K8S_VERSION" "k8s.io/kubernetes/cmd/kube-controller-manager@v$K8S_VERSION" \
-      "k8s.io/kubernetes/cmd/kube-scheduler@v$K8S_VERSION" "k8s.io/kubernetes/cmd/kubectl@v$K8S_VERSION"
+      "k8s.io/kubernetes/cmd/kube-scheduler@v$K8S_VERSION" "k8s.io/kubernetes/cmd/kubectl@v$K8S_VERSION" \
+      "k8s.io/kubernetes/cmd/kubelet@v$K8S_VERSION" "k8s.io/kubernetes/cmd/kube-proxy@v$K8S_VERSION"
   fi
   # The version ldflags are what hack/lib/version.sh sets: kwok, helm and kubectl read them.
   local ld="-s -w" p pkgs=()
@@ -51,8 +86,6 @@ build_k8s() {
 }
 
 build_etcd() {
-  have etcd && return 0
-  log "building etcd v$ETCD_VERSION"
   local dir="$WORK/etcd"; mkdir -p "$dir"; cd "$dir"
   # A module of its own so etcd's grpc/otel versions cannot move Kubernetes' dependencies.
   [ -f go.mod ] || { go mod init local/etcdbuild >/dev/null 2>&1; go get -tool "go.etcd.io/etcd/server/v3@v$ETCD_VERSION"; }
@@ -60,14 +93,10 @@ build_etcd() {
 }
 
 build_kwok() {
-  have kwok && return 0
-  log "building kwok v$KWOK_VERSION"
   GOBIN="$BIN" go install -ldflags "-s -w -X sigs.k8s.io/kwok/pkg/consts.Version=v$KWOK_VERSION" "sigs.k8s.io/kwok/cmd/kwok@v$KWOK_VERSION"
 }
 
 build_helm() {
-  have helm && return 0
-  log "building helm v$HELM_VERSION"
   GOBIN="$BIN" go install -ldflags "-s -w -X helm.sh/helm/v3/internal/version.version=v$HELM_VERSION" "helm.sh/helm/v3/cmd/helm@v$HELM_VERSION"
 }
 
@@ -81,8 +110,53 @@ stage_dir() {
   chmod -R u+w "$CACHE_ROOT/$KEY/kwok-stage"
 }
 
+build_coredns() {
+  # CoreDNS' module root is its main package; a wrapper module like the others keeps go install's
+  # "no replace directives" rule out of the way.
+  local dir="$WORK/coredns-$COREDNS_VERSION" out="$TOOLS/coredns-$COREDNS_VERSION"
+  mkdir -p "$dir" "$out"; cd "$dir"
+  [ -f go.mod ] || { go mod init local/corednsbuild; go get -tool "github.com/coredns/coredns@v$COREDNS_VERSION"; }
+  go build -mod=mod -p 2 -ldflags "-s -w -X github.com/coredns/coredns/coremain.GitCommit=v$COREDNS_VERSION" \
+    -o "$out/coredns" github.com/coredns/coredns
+}
+
+build_prometheus() {
+  # Prometheus 3 with Kubernetes service discovery only (its build tags): the other discoveries
+  # pull modules the proxy may not serve (Nomad's API: "This module version is not available").
+  # The web UI's assets are not embedded (building them needs the UI's npm workspace); the HTTP
+  # API, which tests and `make dev` use, is.
+  local v=$PROMETHEUS_MODULE_VERSION dir="$WORK/prometheus-$PROMETHEUS_MODULE_VERSION"
+  local out="$TOOLS/prometheus-$PROMETHEUS_MODULE_VERSION" minor=${PROMETHEUS_MODULE_VERSION#0.3}
+  local human="3.$((10#${minor%%.*})).${PROMETHEUS_MODULE_VERSION##*.}"
+  mkdir -p "$dir" "$out"; cd "$dir"
+  local tags=remove_all_sd,enable_kubernetes_sd
+  [ -f go.mod ] || go mod init local/prombuild
+  grep -q prometheus/prometheus go.mod || go get -tags "$tags" -tool "github.com/prometheus/prometheus/cmd/prometheus@v$v"
+  local p=github.com/prometheus/common/version
+  go build -mod=mod -p 2 -tags "$tags" -ldflags "-s -w -X $p.Version=$human -X $p.Branch=release -X $p.Revision=v$v" \
+    -o "$out/prometheus" github.com/prometheus/prometheus/cmd/prometheus
+}
+
+link_tool() {  # tools of their own version live outside the k8s-keyed bin directory
+  ln -sfn "$TOOLS/$1/$2" "$BIN/$2"
+}
+
 start=$(date +%s)
-build_etcd; build_kwok; build_helm; build_k8s
-[ -d "$CACHE_ROOT/$KEY/kwok-stage/pod" ] || stage_dir
-log "binaries ready in $(( $(date +%s) - start ))s: $BIN"
+todo=()
+have etcd || todo+=("etcd 2 build_etcd")
+have kwok || todo+=("kwok 2 build_kwok")
+have helm || todo+=("helm 3 build_helm")
+[ -x "$TOOLS/coredns-$COREDNS_VERSION/coredns" ] || todo+=("coredns 4 build_coredns")
+[ -x "$TOOLS/prometheus-$PROMETHEUS_MODULE_VERSION/prometheus" ] || todo+=("prometheus 8 build_prometheus")
+[ -z "$(k8s_missing)" ] || todo+=("kubernetes 15 build_k8s")
+STEPS_TOTAL=${#todo[@]}
+[ $STEPS_TOTAL -eq 0 ] || log "building $STEPS_TOTAL component(s) from Go modules into $CACHE_ROOT (first run only)"
+for t in "${todo[@]}"; do
+  # shellcheck disable=SC2086
+  step $t
+done
+link_tool "coredns-$COREDNS_VERSION" coredns
+link_tool "prometheus-$PROMETHEUS_MODULE_VERSION" prometheus
+[ -d "$CACHE_ROOT/$KEY/kwok-stage/pod" ] || stage_dir >>"$BUILD_LOGS/build-kwok.log" 2>&1
+[ $STEPS_TOTAL -eq 0 ] || log "binaries ready in $(( $(date +%s) - start ))s: $BIN"
 echo "$BIN"

@@ -1,6 +1,8 @@
 #!/usr/bin/env python3
-"""Start and stop dpjob's local Kubernetes control plane (etcd, kube-apiserver,
-kube-controller-manager, kube-scheduler, kwok) from binaries built by ``devcluster/build.sh``.
+"""Start and stop dpjob's local Kubernetes cluster from binaries built by ``devcluster/build.sh``:
+the control plane (etcd, kube-apiserver, kube-controller-manager, kube-scheduler), kwok node pools
+for scale and GPU/NPU simulation, and real nodes (kubelet + containerd, kube-proxy, CoreDNS; see
+devcluster/realnode.py) where pods run as containers from images built by devcluster/images.sh.
 
 Why a script of our own instead of kwokctl: this machine has no default container runtime, and
 we want exactly the flags that matter for the operator (RBAC, token auth, service-account
@@ -27,6 +29,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from devcluster import realnode  # noqa: E402
 STATE = Path(os.environ.get("DPJOB_DEVCLUSTER_DIR", REPO / ".devcluster"))
 RUN, LOGS, PIDS, BIN = STATE / "run", STATE / "logs", STATE / "pids", STATE / "bin"
 KUBECONFIG = STATE / "kubeconfig"
@@ -41,10 +46,15 @@ POD_CIDR = os.environ.get("DPJOB_POD_CIDR", "10.244.0.0/16")  # 65k pod IPs: roo
 GANG_SCHEDULING = os.environ.get("DPJOB_GANG_SCHEDULING", "1") not in ("0", "false", "no")
 GANG_FEATURE_GATES = (["--feature-gates=GenericWorkload=true,GangScheduling=true,TopologyAwareWorkloadScheduling=true"]
                       if GANG_SCHEDULING else [])
+# Real nodes (kubelet + containerd): DPJOB_REAL_NODES=0 brings the cluster up with kwok pools only.
+REAL_NODES = int(os.environ.get("DPJOB_REAL_NODES", "1"))
+NODES = [realnode.RealNode(i, STATE / f"node-{i}") for i in range(REAL_NODES)]
+CONTROL_PLANE = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok")
+NODE_COMPONENTS = tuple(c for n in NODES for c in (f"containerd-{n.index}", f"kubelet-{n.index}")) + \
+    (("kube-proxy",) if NODES else ())
 # Components started in this order and stopped in reverse.
-# The last three are started by devcluster/stack.py (make dev, e2e tests) and stopped here first.
-COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok", "ascend-device-plugin",
-              "nodeagent", "operator", "prometheus-sd", "prometheus")
+# The last ones are started by devcluster/stack.py (make dev, e2e tests) and stopped here first.
+COMPONENTS = CONTROL_PLANE + ("ascend-device-plugin",) + NODE_COMPONENTS + ("operator", "prometheus")
 
 
 @dataclass(frozen=True)
@@ -199,9 +209,48 @@ def make_pki(adv: str) -> None:
             "-out", str(pki / "apiserver.crt"))
     openssl("genrsa", "-out", str(pki / "sa.key"), "2048")
     openssl("rsa", "-in", str(pki / "sa.key"), "-pubout", "-out", str(pki / "sa.pub"))
+    # The API server's client certificate for kubelets (logs, exec, port-forward).
+    issue_cert(pki, "apiserver-kubelet-client", "/O=system:masters/CN=kube-apiserver-kubelet-client", "clientAuth")
+    # kube-proxy's identity, bound to system:node-proxier by the default RBAC policy.
+    issue_cert(pki, "kube-proxy", "/CN=system:kube-proxy", "clientAuth")
     token = os.urandom(16).hex()
     (RUN / "admin.token").write_text(token)
     (RUN / "tokens.csv").write_text(f"{token},admin,admin,system:masters\n")
+
+
+def issue_cert(pki: Path, name: str, subject: str, usage: str, sans: list[str] | None = None,
+               out_dir: Path | None = None) -> None:
+    """A key and certificate signed by the cluster CA (``usage``: clientAuth or serverAuth)."""
+    out = out_dir or pki
+    out.mkdir(parents=True, exist_ok=True)
+    ext = out / f"{name}.ext"
+    lines = [f"extendedKeyUsage={usage}", "keyUsage=digitalSignature,keyEncipherment"]
+    if sans:
+        lines.insert(0, "subjectAltName=" + ",".join(sans))
+    ext.write_text("\n".join(lines) + "\n")
+    openssl("req", "-newkey", "rsa:2048", "-nodes", "-subj", subject, "-keyout", str(out / f"{name}.key"),
+            "-out", str(out / f"{name}.csr"))
+    openssl("x509", "-req", "-in", str(out / f"{name}.csr"), "-CA", str(pki / "ca.crt"), "-CAkey", str(pki / "ca.key"),
+            "-CAcreateserial", "-days", "3650", "-extfile", str(ext), "-out", str(out / f"{name}.crt"))
+
+
+def cert_kubeconfig(path: Path, cert: Path, key: Path) -> Path:
+    """A kubeconfig that authenticates with a client certificate (kubelet, kube-proxy)."""
+    path.write_text(f"""apiVersion: v1
+kind: Config
+clusters:
+- name: dpjob-dev
+  cluster: {{server: "https://127.0.0.1:{APISERVER_PORT}", certificate-authority: "{RUN / 'pki' / 'ca.crt'}"}}
+users:
+- name: user
+  user: {{client-certificate: "{cert}", client-key: "{key}"}}
+contexts:
+- name: dpjob-dev
+  context: {{cluster: dpjob-dev, user: user}}
+current-context: dpjob-dev
+""")
+    path.chmod(0o600)
+    return path
 
 
 def write_kubeconfig() -> None:
@@ -350,7 +399,7 @@ options:
 
 
 def cluster_is_up() -> bool:
-    return all(alive(read_pid(c)) for c in COMPONENTS[:5]) and KUBECONFIG.exists() and \
+    return all(alive(read_pid(c)) for c in CONTROL_PLANE + NODE_COMPONENTS) and KUBECONFIG.exists() and \
         api_get("/readyz")[0] == 200
 
 
@@ -361,6 +410,8 @@ def up(bin_dir: Path, python: str | None) -> None:
     if cluster_is_up():
         log(f"cluster already up (kubeconfig {KUBECONFIG})")
         ensure_device_plugin(python)
+        for node in NODES:  # images whose inputs changed since the node started
+            realnode.import_images(node, list(built_images().values()), log, realnode.aliases(REPO))
         return
     # A half-started or crashed cluster: stop whatever is left and start clean.
     down(quiet=True)
@@ -390,14 +441,19 @@ def up(bin_dir: Path, python: str | None) -> None:
     wait_until("etcd", lambda: port_open(ETCD_CLIENT_PORT), 30, "etcd")
 
     apiserver = [
-        str(bin_dir / "kube-apiserver"), f"--etcd-servers={etcd_url}", "--bind-address=127.0.0.1",
+        # Real nodes' pods reach the API server through the kubernetes Service (advertise address).
+        str(bin_dir / "kube-apiserver"), f"--etcd-servers={etcd_url}",
+        f"--bind-address={'0.0.0.0' if NODES else '127.0.0.1'}",
         f"--secure-port={APISERVER_PORT}", f"--advertise-address={adv}",
         f"--tls-cert-file={pki / 'apiserver.crt'}", f"--tls-private-key-file={pki / 'apiserver.key'}",
         f"--client-ca-file={pki / 'ca.crt'}", f"--token-auth-file={RUN / 'tokens.csv'}",
-        "--authorization-mode=RBAC", "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+        "--authorization-mode=Node,RBAC", "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
         f"--service-account-key-file={pki / 'sa.pub'}", f"--service-account-signing-key-file={pki / 'sa.key'}",
         f"--service-cluster-ip-range={SERVICE_CIDR}", "--allow-privileged=true", "--profiling=false",
         "--max-requests-inflight=800", "--max-mutating-requests-inflight=400", "--event-ttl=2h",
+        f"--kubelet-client-certificate={pki / 'apiserver-kubelet-client.crt'}",
+        f"--kubelet-client-key={pki / 'apiserver-kubelet-client.key'}",
+        f"--kubelet-certificate-authority={pki / 'ca.crt'}", "--kubelet-preferred-address-types=InternalIP,Hostname",
         # Let the scale subresource, CEL and server-side apply behave as in a real cluster; nothing to disable.
         *GANG_FEATURE_GATES,
         *(["--runtime-config=scheduling.k8s.io/v1alpha2=true"] if GANG_SCHEDULING else []),
@@ -436,8 +492,87 @@ leaderElection: {{leaderElect: false}}
         "kube-controller-manager")
     wait_until("kwok nodes Ready", lambda: all_nodes_ready(len(nodes)), 60, "kwok")
     ensure_device_plugin(python)
-    log(f"cluster up in {time.monotonic() - t0:.1f}s: {len(nodes)} nodes; "
+    for node in NODES:
+        start_real_node(bin_dir, node, adv)
+    if NODES:
+        start_kube_proxy(bin_dir, NODES[0])
+        install_coredns()
+    log(f"cluster up in {time.monotonic() - t0:.1f}s: {len(nodes)} kwok nodes, {len(NODES)} real node(s); "
         f"export KUBECONFIG={KUBECONFIG} PATH={BIN}:$PATH")
+
+
+# --------------------------------------------------------------------------------------------
+# real nodes
+
+
+def built_images(names: tuple[str, ...] = ("pause", "coredns", "operator", "trainer")) -> dict:
+    """Build (or reuse) the images; ``NAME REF ARCHIVE`` per image (devcluster/images.sh)."""
+    out = subprocess.run(["bash", str(REPO / "devcluster" / "images.sh"), *names], stdout=subprocess.PIPE, text=True)
+    if out.returncode != 0:
+        raise SystemExit("building the images failed (the line above says which step and why)")
+    return realnode.parse_image_lines(out.stdout)
+
+
+def start_real_node(bin_dir: Path, node: realnode.RealNode, adv: str) -> None:
+    """containerd + kubelet for one node; its pods get CNI addresses in ``node.subnet``."""
+    t0 = time.monotonic()
+    subprocess.run(["bash", str(REPO / "devcluster" / "sysdeps.sh"), "node"], check=True)
+    images = built_images()
+    realnode.wipe(node)  # whatever a killed run left: containers, mounts, the bridge
+    for sub in ("containerd", "cni", "pki", "kubelet"):
+        (node.state / sub).mkdir(parents=True, exist_ok=True)
+    (node.state / "containerd" / "config.toml").write_text(realnode.containerd_config(node))
+    (node.state / "cni" / "10-dpjob.conflist").write_text(json.dumps(realnode.cni_config(node), indent=2))
+    pki = RUN / "pki"
+    issue_cert(pki, "kubelet", f"/CN={node.name}", "serverAuth", [f"IP:{adv}", "IP:127.0.0.1", f"DNS:{node.name}"],
+               out_dir=node.state / "pki")
+    issue_cert(pki, "kubelet-client", f"/O=system:nodes/CN=system:node:{node.name}", "clientAuth",
+               out_dir=node.state / "pki")
+    kubeconfig = cert_kubeconfig(node.state / "kubelet.kubeconfig", node.state / "pki" / "kubelet-client.crt",
+                                 node.state / "pki" / "kubelet-client.key")
+    (node.state / "kubelet.yaml").write_text(realnode.kubelet_config(node, pki))
+
+    component = f"containerd-{node.index}"
+    start(component, [realnode.CONTAINERD, "--config", str(node.state / "containerd" / "config.toml")])
+    wait_until(f"containerd of {node.name}", lambda: realnode.ctr(node, "version", check=False,
+                                                                  timeout=5).returncode == 0, 30, component)
+    realnode.import_images(node, list(images.values()), log, realnode.aliases(REPO))
+    labels = ",".join(f"{k}={v}" for k, v in realnode.labels(node).items())
+    realnode.ensure_cgroup_root(node)
+    component = f"kubelet-{node.index}"
+    start(component, [str(bin_dir / "kubelet"), f"--config={node.state / 'kubelet.yaml'}",
+                      f"--kubeconfig={kubeconfig}", f"--hostname-override={node.name}", f"--node-ip={adv}",
+                      f"--node-labels={labels}", f"--root-dir={node.state / 'kubelet'}",
+                      f"--cert-dir={node.state / 'pki'}", "--v=1"])
+    wait_until(f"node {node.name} Ready", lambda: node_ready(node.name), 90, component)
+    log(f"real node {node.name} Ready in {time.monotonic() - t0:.1f}s (kubelet + containerd, pods in {node.subnet})")
+
+
+def start_kube_proxy(bin_dir: Path, node: realnode.RealNode) -> None:
+    pki = RUN / "pki"
+    kubeconfig = cert_kubeconfig(RUN / "kube-proxy.kubeconfig", pki / "kube-proxy.crt", pki / "kube-proxy.key")
+    cfg = RUN / "kube-proxy.yaml"
+    cfg.write_text(realnode.kube_proxy_config(node, kubeconfig))
+    start("kube-proxy", [str(bin_dir / "kube-proxy"), f"--config={cfg}", "--v=1"])
+    wait_until("kube-proxy /healthz", lambda: urllib.request.urlopen("http://127.0.0.1:10256/healthz",
+                                                                     timeout=1).status == 200, 60, "kube-proxy")
+
+
+def install_coredns() -> None:
+    images = built_images(("coredns",))
+    selector = {"dpjob.io/pool": realnode.POOL}
+    docs = realnode.coredns_manifests(images["coredns"].ref, selector)
+    kubectl("apply", "--server-side", "--force-conflicts", "-f", "-",
+            stdin=json.dumps({"apiVersion": "v1", "kind": "List", "items": docs}))
+    out = kubectl("-n", "kube-system", "rollout", "status", "deployment/coredns", "--timeout=120s", check=False)
+    if out.returncode != 0:
+        pods = kubectl("-n", "kube-system", "get", "pods", "-l", "k8s-app=kube-dns", "-o", "wide", check=False).stdout
+        raise SystemExit(f"CoreDNS did not become ready: {out.stderr.strip()}\n{pods}")
+
+
+def node_ready(name: str) -> bool:
+    out = kubectl("get", "node", name, "-o", "jsonpath={.status.conditions[?(@.type=='Ready')].status}", check=False)
+    return out.returncode == 0 and out.stdout == "True"
 
 
 def all_nodes_ready(expected: int) -> bool:
@@ -465,6 +600,8 @@ def down(quiet: bool = False) -> None:
 
     for component in reversed(COMPONENTS):
         pid = read_pid(component)
+        if component.startswith("containerd-") and alive(pid):  # its containers first: shims outlive it
+            realnode.kill_containers(NODES[int(component.split("-")[1])])
         if alive(pid):
             try:
                 os.killpg(pid, signal.SIGTERM)
@@ -477,6 +614,10 @@ def down(quiet: bool = False) -> None:
                 os.killpg(pid, signal.SIGKILL)
             if not quiet:
                 log(f"stopped {component} (pid {pid})")
+    for node in NODES:
+        realnode.wipe(node)
+    if NODES and (BIN / "kubectl").is_symlink():  # kube-proxy's iptables chains outlive it
+        subprocess.run([str((BIN / "kubectl").resolve().parent / "kube-proxy"), "--cleanup"], capture_output=True)
     if STATE.exists():
         for sub in ("run", "pids", "kubeconfig", "prometheus"):
             p = STATE / sub
@@ -491,7 +632,7 @@ def down(quiet: bool = False) -> None:
 def status() -> int:
     for component in COMPONENTS:
         pid = read_pid(component)
-        if component in COMPONENTS[6:] and not alive(pid):
+        if component in ("operator", "prometheus") and not alive(pid):
             continue
         print(f"{component:26s} {'running' if alive(pid) else 'stopped'} {pid or ''}")
     ok = KUBECONFIG.exists() and cluster_is_up()

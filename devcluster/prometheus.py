@@ -1,5 +1,10 @@
 #!/usr/bin/env python3
-"""A real Prometheus for tests: Debian's ``/usr/bin/prometheus`` scraping static targets.
+"""A real Prometheus 3 for tests and ``make dev``, built from Go modules by devcluster/build.sh.
+
+Two ways to point it at targets: static targets (:func:`render_config`, for unit tests that serve
+metrics from the test process), or Kubernetes pod discovery through the API server
+(:func:`render_cluster_config`), with the same relabelling as the chart's PodMonitor and
+ServiceMonitor, for pods on the dev cluster's real nodes.
 
 Stdlib only. The tests use it to prove that the operator's and the trainer's metrics are
 scraped and that every panel query of the chart's dashboards returns data:
@@ -38,7 +43,6 @@ import urllib.request
 from pathlib import Path
 from typing import Iterable, Mapping, Sequence
 
-PROMETHEUS = os.environ.get("DPJOB_PROMETHEUS", "/usr/bin/prometheus")
 REPO = Path(__file__).resolve().parent.parent
 DASHBOARD_DIR = REPO / "helm" / "dpjob-operator" / "dashboards"
 OPERATOR_JOB = "dpjob-operator"
@@ -47,6 +51,16 @@ TRAINER_JOB = "dpjob-trainers"
 # What Grafana would substitute for its built-in interval variables at a 1 s scrape interval.
 BUILTINS = {"__rate_interval": "30s", "__interval": "5s", "__range": "5m", "__interval_ms": "5000",
             "__range_s": "300"}
+
+
+def prometheus_binary() -> str:
+    """``$DPJOB_PROMETHEUS``, else the Prometheus 3 that devcluster/build.sh builds (or reuses)."""
+    if os.environ.get("DPJOB_PROMETHEUS"):
+        return os.environ["DPJOB_PROMETHEUS"]
+    out = subprocess.run(["bash", str(REPO / "devcluster" / "build.sh")], stdout=subprocess.PIPE, text=True)
+    if out.returncode != 0:
+        raise RuntimeError("devcluster/build.sh failed: it prints the failing step and its log above")
+    return str(Path(out.stdout.strip().splitlines()[-1]) / "prometheus")
 
 
 # ---- configuration -------------------------------------------------------------------------
@@ -83,25 +97,71 @@ def render_config(operator_targets: Sequence[str] = ("127.0.0.1:8080",),
     return json.dumps(config, indent=2) + "\n"
 
 
+# What the chart's PodMonitor does for trainer pods, as plain kubernetes_sd relabelling: keep pods
+# the operator made, scrape the container ports named ``metrics``, and label them as the
+# dashboards expect (``namespace``, ``pod``, ``dpjob_job``, ``dpjob_rank``, ``dpjob_restart``).
+TRAINER_RELABEL = [
+    {"source_labels": ["__meta_kubernetes_pod_label_app_kubernetes_io_managed_by"], "regex": "dpjob-operator",
+     "action": "keep"},
+    {"source_labels": ["__meta_kubernetes_pod_labelpresent_dpjob_io_job_name"], "regex": "true", "action": "keep"},
+    {"source_labels": ["__meta_kubernetes_pod_container_port_name"], "regex": "metrics", "action": "keep"},
+    {"source_labels": ["__meta_kubernetes_pod_phase"], "regex": "Running", "action": "keep"},
+    {"source_labels": ["__meta_kubernetes_namespace"], "target_label": "namespace"},
+    {"source_labels": ["__meta_kubernetes_pod_name"], "target_label": "pod"},
+    {"source_labels": ["__meta_kubernetes_pod_label_dpjob_io_job_name"], "target_label": "dpjob_job"},
+    {"source_labels": ["__meta_kubernetes_pod_label_dpjob_io_rank"], "target_label": "dpjob_rank"},
+    {"source_labels": ["__meta_kubernetes_pod_label_dpjob_io_restart"], "target_label": "dpjob_restart"},
+]
+# The operator pod the chart installs (its ServiceMonitor scrapes the port named http-metrics).
+OPERATOR_RELABEL = [
+    {"source_labels": ["__meta_kubernetes_pod_label_app_kubernetes_io_name"], "regex": "dpjob-operator",
+     "action": "keep"},
+    {"source_labels": ["__meta_kubernetes_pod_container_port_name"], "regex": "http-metrics", "action": "keep"},
+    {"source_labels": ["__meta_kubernetes_namespace"], "target_label": "namespace"},
+    {"source_labels": ["__meta_kubernetes_pod_name"], "target_label": "pod"},
+]
+
+
+def render_cluster_config(kubeconfig: str | Path, operator_targets: Sequence[str] = (),
+                          scrape_interval: str = "1s") -> str:
+    """Prometheus config that discovers pods through the API server (``kubernetes_sd_configs``).
+
+    Trainer pods and the operator pod are found by discovery; ``operator_targets`` adds an
+    operator that runs as a process (the integration tests' operator) under the same job name.
+    """
+    sd = [{"role": "pod", "kubeconfig_file": str(kubeconfig)}]
+    operator_job: dict = {"job_name": OPERATOR_JOB, "kubernetes_sd_configs": sd, "relabel_configs": OPERATOR_RELABEL}
+    if operator_targets:
+        operator_job["static_configs"] = [{"targets": list(operator_targets)}]
+    config = {
+        "global": {"scrape_interval": scrape_interval, "scrape_timeout": scrape_interval,
+                   "evaluation_interval": scrape_interval},
+        "scrape_configs": [operator_job,
+                           {"job_name": TRAINER_JOB, "kubernetes_sd_configs": sd, "relabel_configs": TRAINER_RELABEL}],
+    }
+    return json.dumps(config, indent=2) + "\n"
+
+
 # ---- process ---------------------------------------------------------------------------------
 
 def start_prometheus(port: int = 19090, operator_targets: Sequence[str] = ("127.0.0.1:8080",),
                      trainer_targets: Sequence[str] = (), *, job_name: str = "test-job",
                      namespace: str = "default", scrape_interval: str = "1s", workdir: str | Path | None = None,
                      trainer_labels: Sequence[Mapping[str, str]] | None = None,
-                     binary: str = PROMETHEUS) -> subprocess.Popen:
+                     binary: str | None = None, config_text: str | None = None) -> subprocess.Popen:
     """Start Prometheus on 127.0.0.1:<port>; returns the process (``proc.pid``, ``proc.workdir``).
 
     Storage, config and log live in ``workdir`` (a fresh temp dir by default, removed by ``stop``).
+    ``config_text`` replaces the static-target config (e.g. :func:`render_cluster_config`).
     """
-    if not Path(binary).exists():
-        raise FileNotFoundError(f"{binary} not found (apt-get install prometheus)")
+    binary = binary or prometheus_binary()
     own_dir = workdir is None
     wd = Path(workdir or tempfile.mkdtemp(prefix="dpjob-prom-"))
     wd.mkdir(parents=True, exist_ok=True)
     cfg = wd / "prometheus.yml"
-    cfg.write_text(render_config(operator_targets, trainer_targets, job_name=job_name, namespace=namespace,
-                                 scrape_interval=scrape_interval, trainer_labels=trainer_labels))
+    cfg.write_text(config_text or render_config(operator_targets, trainer_targets, job_name=job_name,
+                                                namespace=namespace, scrape_interval=scrape_interval,
+                                                trainer_labels=trainer_labels))
     log = open(wd / "prometheus.log", "wb")
     proc = subprocess.Popen(
         [binary, f"--config.file={cfg}", f"--storage.tsdb.path={wd / 'data'}",

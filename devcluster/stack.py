@@ -1,9 +1,10 @@
-"""The processes on top of the control plane that make a job really train: the node agent
-(runs rank pods as local processes), the operator, and a Prometheus that discovers trainer pods
-through the Kubernetes API like a PodMonitor would.
+"""What runs on top of the cluster so a job really trains and is seen: the operator installed with
+Helm as a pod from the image built here, and a Prometheus 3 that discovers the trainer and
+operator pods through the API server (as the chart's PodMonitor and ServiceMonitor would).
 
-Used by ``make dev`` (devcluster/dev.py) and the end-to-end tests. Every process is started in
-its own session with a pid file in ``.devcluster/pids/`` so ``make cluster-down`` stops it too.
+Used by ``make dev`` (devcluster/dev.py) and the end-to-end tests. Prometheus runs as a process
+with a pid file in ``.devcluster/pids/`` so ``make cluster-down`` stops it too; the operator is a
+Deployment, so the cluster owns it.
 """
 
 from __future__ import annotations
@@ -19,45 +20,29 @@ from dataclasses import dataclass
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-STATE = REPO / ".devcluster"
-KUBECONFIG = STATE / "kubeconfig"
-PIDS, LOGS, RUN = STATE / "pids", STATE / "logs", STATE / "run"
-AGENT_STATE = STATE / "agent"
-LOCAL_POOL = "local"
-LOCAL_TOLERATION = {"key": "dpjob.io/agent", "operator": "Exists", "effect": "NoSchedule"}
+sys.path.insert(0, str(REPO))
+
+from devcluster import cluster, realnode  # noqa: E402
+from devcluster import prometheus as promsupport  # noqa: E402
+
+STATE = cluster.STATE
+KUBECONFIG = cluster.KUBECONFIG
+PIDS, LOGS, RUN = cluster.PIDS, cluster.LOGS, cluster.RUN
+RELEASE, OPERATOR_NAMESPACE = "dpjob-operator", "dpjob-system"
+OPERATOR_DEPLOYMENT = "dpjob-operator"  # the chart's fullname for this release name
+CHART = REPO / "helm" / "dpjob-operator"
+# Rank pods' shared directory on the real node: checkpoints outlive the pods (a PVC on a real
+# cluster) and the tests read the trainers' reports from it.
+SHARED_DIR = Path("/tmp/dpjob")
 
 
-@dataclass
-class Proc:
-    name: str
-    pid: int
-    log: Path
-
-    def alive(self) -> bool:
-        try:
-            os.kill(self.pid, 0)
-            stat = Path(f"/proc/{self.pid}/stat").read_text()
-            return stat.split(")")[-1].split()[0] != "Z"
-        except OSError:
-            return False
-
-    def stop(self, timeout: float = 20.0) -> None:
-        if not self.alive():
-            return
-        os.killpg(self.pid, signal.SIGTERM)
-        deadline = time.monotonic() + timeout
-        while self.alive() and time.monotonic() < deadline:
-            time.sleep(0.1)
-        if self.alive():
-            os.killpg(self.pid, signal.SIGKILL)
-        try:
-            os.waitpid(self.pid, os.WNOHANG)
-        except ChildProcessError:
-            pass
-        (PIDS / f"{self.name}.pid").unlink(missing_ok=True)
-        sd = existing(f"{self.name}-sd")  # a Prometheus' pod discovery goes with it
-        if sd:
-            sd.stop(timeout)
+def kubectl(*args: str, stdin: str | None = None, check: bool = True, timeout: float = 300
+            ) -> subprocess.CompletedProcess:
+    out = subprocess.run([str(STATE / "bin" / "kubectl"), "--kubeconfig", str(KUBECONFIG), *args],
+                         input=stdin, capture_output=True, text=True, timeout=timeout)
+    if check and out.returncode != 0:
+        raise RuntimeError(f"kubectl {' '.join(args)} failed: {out.stderr.strip()}")
+    return out
 
 
 def source_pythonpath() -> str:
@@ -67,138 +52,199 @@ def source_pythonpath() -> str:
     return os.pathsep.join(own + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])
 
 
-def _spawn(name: str, argv: list[str], env: dict[str, str] | None = None) -> Proc:
-    for d in (PIDS, LOGS, RUN):
-        d.mkdir(parents=True, exist_ok=True)
-    log = LOGS / f"{name}.log"
-    with open(log, "ab") as f:
-        proc = subprocess.Popen(argv, stdout=f, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=REPO,
-                                start_new_session=True, env={**os.environ, "PYTHONUNBUFFERED": "1",
-                                                             "PYTHONPATH": source_pythonpath(), **(env or {})})
-    (PIDS / f"{name}.pid").write_text(str(proc.pid))
-    return Proc(name, proc.pid, log)
+# ------------------------------------------------------------------------------ the operator
 
 
-def existing(name: str) -> Proc | None:
+def operator_values(image_ref: str, extra: dict | None = None) -> dict:
+    """Helm values for the dev cluster: the local image, the real node, and the cpu pool there."""
+    repository, tag = image_ref.rsplit(":", 1)
+    values = {
+        "image": {"repository": repository, "tag": tag, "pullPolicy": "IfNotPresent"},
+        "nodeSelector": {"dpjob.io/pool": realnode.POOL},
+        "tolerations": [realnode.TOLERATION],
+        "resyncSeconds": 5,
+        "pools": {"cpu": {"deviceResource": None, "nodeSelector": {"dpjob.io/pool": realnode.POOL},
+                          "tolerations": [realnode.TOLERATION], "env": {"OMP_NUM_THREADS": "1"}}},
+        "resources": {"requests": {"cpu": "50m", "memory": "128Mi"}, "limits": {"memory": "1Gi"}},
+    }
+    for key, value in (extra or {}).items():
+        values[key] = value
+    return values
+
+
+def install_operator(extra_values: dict | None = None, timeout: str = "180s") -> str:
+    """``helm upgrade --install`` the chart with the image built here; waits until the pod is Ready.
+
+    Returns the image reference. The chart is installed exactly as a user would install it: its
+    ServiceAccount, RBAC, security context and probes are all in play.
+    """
+    built = cluster.built_images(("operator",))
+    for node in cluster.NODES:
+        realnode.import_images(node, list(built.values()), cluster.log, realnode.aliases(REPO))
+    image = built["operator"].ref
+    values = RUN / "operator-values.json"
+    values.write_text(json.dumps(operator_values(image, extra_values), indent=2))
+    helm = subprocess.run([str(STATE / "bin" / "helm"), "--kubeconfig", str(KUBECONFIG), "upgrade", "--install",
+                           RELEASE, str(CHART), "-n", OPERATOR_NAMESPACE, "--create-namespace", "-f", str(values),
+                           "--wait", f"--timeout={timeout}"], capture_output=True, text=True)
+    if helm.returncode != 0:
+        pods = kubectl("-n", OPERATOR_NAMESPACE, "get", "pods", "-o", "wide", check=False).stdout
+        logs = kubectl("-n", OPERATOR_NAMESPACE, "logs", f"deploy/{OPERATOR_DEPLOYMENT}", "--tail=30",
+                       check=False).stdout
+        raise RuntimeError(f"helm install of the operator failed: {helm.stderr.strip()}\n{pods}\n{logs}")
+    scale_operator(1)
+    return image
+
+
+def operator_installed() -> bool:
+    return kubectl("-n", OPERATOR_NAMESPACE, "get", "deployment", OPERATOR_DEPLOYMENT, check=False).returncode == 0
+
+
+def scale_operator(replicas: int, timeout: float = 120) -> None:
+    """Scale the Helm-installed operator; 0 hands the cluster to an operator run as a process
+    (the integration tests'), so two operators never reconcile the same jobs."""
+    if not operator_installed():
+        return
+    kubectl("-n", OPERATOR_NAMESPACE, "scale", "deployment", OPERATOR_DEPLOYMENT, f"--replicas={replicas}")
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        pods = json.loads(kubectl("-n", OPERATOR_NAMESPACE, "get", "pods", "-l",
+                                  "app.kubernetes.io/name=dpjob-operator", "-o", "json").stdout)["items"]
+        ready = [p for p in pods if not p["metadata"].get("deletionTimestamp") and any(
+            c["type"] == "Ready" and c["status"] == "True" for c in p.get("status", {}).get("conditions", []))]
+        if (replicas == 0 and not pods) or (replicas > 0 and len(ready) >= replicas):
+            return
+        time.sleep(0.5)
+    raise RuntimeError(f"the operator did not reach {replicas} ready replica(s) in {timeout:.0f}s")
+
+
+def operator_pod() -> dict | None:
+    pods = json.loads(kubectl("-n", OPERATOR_NAMESPACE, "get", "pods", "-l", "app.kubernetes.io/name=dpjob-operator",
+                              "-o", "json").stdout)["items"]
+    live = [p for p in pods if not p["metadata"].get("deletionTimestamp")]
+    return live[0] if live else None
+
+
+# ------------------------------------------------------------------------------- Prometheus
+
+
+@dataclass
+class Proc:
+    name: str
+    pid: int
+    log: Path
+
+    def alive(self) -> bool:
+        return cluster.alive(self.pid)
+
+    def stop(self, timeout: float = 20.0) -> None:
+        if self.alive():
+            os.killpg(self.pid, signal.SIGTERM)
+            deadline = time.monotonic() + timeout
+            while self.alive() and time.monotonic() < deadline:
+                time.sleep(0.1)
+            if self.alive():
+                os.killpg(self.pid, signal.SIGKILL)
+        (PIDS / f"{self.name}.pid").unlink(missing_ok=True)
+        (RUN / f"{self.name}.port").unlink(missing_ok=True)
+
+
+def existing(name: str, port: int | None = None) -> Proc | None:
+    """The live process recorded under ``name``; with ``port``, only if it serves that port.
+
+    A Prometheus left by an interrupted run on another port is not what the caller asked for:
+    reusing it would send the caller's queries to a port where nothing listens.
+    """
     try:
         proc = Proc(name, int((PIDS / f"{name}.pid").read_text()), LOGS / f"{name}.log")
     except (OSError, ValueError):
         return None
-    return proc if proc.alive() else None
-
-
-def _wait(what: str, check, proc: Proc, timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if not proc.alive():
-            raise RuntimeError(f"{proc.name} exited while waiting for {what}:\n"
-                               + proc.log.read_text(errors="replace")[-3000:])
+    if not proc.alive():
+        return None
+    if port is not None:
         try:
-            if check():
-                return
-        except OSError:
-            pass
-        time.sleep(0.2)
-    raise RuntimeError(f"timed out after {timeout:.0f}s waiting for {what}; see {proc.log}")
-
-
-def start_agent(python: str, nodes: int = 2) -> Proc:
-    """The local node agent: nodes ``local-<i>`` (pool ``local``) that really run pods."""
-    proc = existing("nodeagent")
-    if proc:
-        return proc
-    ready = RUN / "agent-ready.json"
-    ready.unlink(missing_ok=True)
-    proc = _spawn("nodeagent", [python, "-m", "devcluster.nodeagent", "--kubeconfig", str(KUBECONFIG),
-                                "--nodes", str(nodes), "--pool", LOCAL_POOL, "--python", python,
-                                "--state-dir", str(AGENT_STATE), "--ready-file", str(ready),
-                                # the trainer image's code, as its site-packages would hold it
-                                "--env", f"PYTHONPATH={REPO / 'trainer-image'}"])
-    _wait("the node agent's nodes", ready.exists, proc, 60)
+            recorded = int((RUN / f"{name}.port").read_text())
+        except (OSError, ValueError):
+            recorded = None
+        if recorded != port:
+            proc.stop()
+            return None
     return proc
-
-
-def operator_config(local_cpu_pool: bool) -> Path:
-    """Operator config for the dev stack: the cpu pool maps to the agent's nodes."""
-    cfg: dict = {"resyncSeconds": 5}
-    if local_cpu_pool:
-        cfg["pools"] = {"cpu": {"deviceResource": None, "nodeSelector": {"dpjob.io/pool": LOCAL_POOL},
-                                "tolerations": [LOCAL_TOLERATION], "defaultBackend": "gloo",
-                                "env": {"OMP_NUM_THREADS": "1"}}}
-    path = RUN / "operator-dev.json"
-    RUN.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(cfg, indent=2))
-    return path
-
-
-def start_operator(python: str, metrics_port: int = 18080, health_port: int = 18081,
-                   local_cpu_pool: bool = True) -> Proc:
-    proc = existing("operator")
-    if proc:
-        return proc
-    cfg = operator_config(local_cpu_pool)
-    proc = _spawn("operator", [python, "-m", "dpjob_operator", "--config", str(cfg)],
-                  env={"KUBECONFIG": str(KUBECONFIG), "DPJOB_METRICS_PORT": str(metrics_port),
-                       "DPJOB_HEALTH_PORT": str(health_port)})
-    _wait("operator /healthz", lambda: urllib.request.urlopen(
-        f"http://127.0.0.1:{health_port}/healthz", timeout=1).status == 200, proc, 60)
-    return proc
-
-
-def prometheus_config(operator_targets: list[str], sd_file: Path, scrape_interval: str = "1s") -> dict:
-    """Scrape the operator statically and the trainer pods found by devcluster/podsd.py.
-
-    The labels mirror the chart's PodMonitor: ``namespace``, ``pod``, ``dpjob_job``, ``dpjob_rank``.
-    """
-    return {
-        "global": {"scrape_interval": scrape_interval, "scrape_timeout": scrape_interval,
-                   "evaluation_interval": scrape_interval},
-        "scrape_configs": [
-            {"job_name": "dpjob-operator", "static_configs": [{"targets": operator_targets}]},
-            {"job_name": "dpjob-trainers", "file_sd_configs": [{"files": [str(sd_file)], "refresh_interval": "1s"}]},
-        ],
-    }
 
 
 def start_prometheus(port: int = 19090, operator_targets: list[str] | None = None, name: str = "prometheus") -> Proc:
-    proc = existing(name)
+    """Prometheus 3 on 127.0.0.1:<port>, discovering pods through the API server."""
+    proc = existing(name, port)
     if proc:
         return proc
     wd = STATE / name
     wd.mkdir(parents=True, exist_ok=True)
+    for d in (PIDS, LOGS, RUN):
+        d.mkdir(parents=True, exist_ok=True)
     cfg = wd / "prometheus.yml"
-    sd_file = wd / "trainers.json"
-    if not sd_file.exists():
-        sd_file.write_text("[]")
-    cfg.write_text(json.dumps(prometheus_config(operator_targets or ["127.0.0.1:18080"], sd_file), indent=2))
-    if not existing(f"{name}-sd"):
-        _spawn(f"{name}-sd", [sys.executable, str(REPO / "devcluster" / "podsd.py"), "--kubeconfig", str(KUBECONFIG),
-                              "--out", str(sd_file)])
-    proc = _spawn(name, ["/usr/bin/prometheus", f"--config.file={cfg}", f"--storage.tsdb.path={wd / 'data'}",
-                                 f"--web.listen-address=127.0.0.1:{port}", "--log.level=warn"])
-    _wait("prometheus /-/ready", lambda: urllib.request.urlopen(
-        f"http://127.0.0.1:{port}/-/ready", timeout=1).status == 200, proc, 60)
-    return proc
+    cfg.write_text(promsupport.render_cluster_config(KUBECONFIG, operator_targets or []))
+    log = LOGS / f"{name}.log"
+    with open(log, "ab") as f:
+        popen = subprocess.Popen([promsupport.prometheus_binary(), f"--config.file={cfg}",
+                                  f"--storage.tsdb.path={wd / 'data'}", f"--web.listen-address=127.0.0.1:{port}",
+                                  "--log.level=warn"], stdout=f, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                 cwd=REPO, start_new_session=True)
+    (PIDS / f"{name}.pid").write_text(str(popen.pid))
+    (RUN / f"{name}.port").write_text(str(port))
+    proc = Proc(name, popen.pid, log)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if not proc.alive():
+            raise RuntimeError(f"prometheus exited: {log.read_text(errors='replace')[-2000:]}")
+        try:
+            if urllib.request.urlopen(f"http://127.0.0.1:{port}/-/ready", timeout=1).status == 200:
+                return proc
+        except OSError:
+            pass
+        time.sleep(0.2)
+    raise RuntimeError(f"prometheus on port {port} not ready after 60s; see {log}")
 
 
 def promql(port: int, expr: str, at: float | None = None) -> list:
-    import urllib.parse
-
-    params = {"query": expr}
-    if at is not None:
-        params["time"] = str(at)
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/v1/query?{urllib.parse.urlencode(params)}",
-                                timeout=10) as r:
-        return json.loads(r.read())["data"]["result"]
+    return promsupport.query(f"http://127.0.0.1:{port}", expr, at)
 
 
-def run_on_agent(job: dict) -> dict:
-    """Make a DataParallelJob's pods land on the agent's nodes whatever the operator's pools say."""
+# --------------------------------------------------------------------------- jobs on real nodes
+
+
+def run_on_real_node(job: dict) -> dict:
+    """Place a DataParallelJob's ranks on the real node(s), whatever the operator's pools say, as a
+    hardened container: non-root, read-only root filesystem, no capabilities. The node's
+    ``/tmp/dpjob`` is mounted at the same path (checkpoints outlive pods; tests read reports)."""
+    SHARED_DIR.mkdir(parents=True, exist_ok=True)
+    SHARED_DIR.chmod(0o1777)  # the trainer runs as uid 10001
     spec = job["spec"]["template"].setdefault("spec", {})
-    spec.setdefault("nodeSelector", {})["dpjob.io/pool"] = LOCAL_POOL
+    spec.setdefault("nodeSelector", {})["dpjob.io/pool"] = realnode.POOL
     tolerations = spec.setdefault("tolerations", [])
-    if LOCAL_TOLERATION not in tolerations:
-        tolerations.append(dict(LOCAL_TOLERATION))
+    if realnode.TOLERATION not in tolerations:
+        tolerations.append(dict(realnode.TOLERATION))
+    volumes = spec.setdefault("volumes", [])
+    if not any(v["name"] == "dpjob-shared" for v in volumes):
+        volumes += [{"name": "dpjob-shared", "hostPath": {"path": str(SHARED_DIR), "type": "Directory"}},
+                    {"name": "tmp", "emptyDir": {"sizeLimit": "1Gi"}}]
+    for container in spec.get("containers", []):
+        container.setdefault("imagePullPolicy", "IfNotPresent")
+        container.setdefault("securityContext", {
+            "runAsNonRoot": True, "allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True,
+            "capabilities": {"drop": ["ALL"]}, "seccompProfile": {"type": "RuntimeDefault"}})
+        mounts = container.setdefault("volumeMounts", [])
+        if not any(m["name"] == "dpjob-shared" for m in mounts):
+            mounts += [{"name": "tmp", "mountPath": "/tmp"}, {"name": "dpjob-shared", "mountPath": str(SHARED_DIR)}]
     return job
 
 
+def trainer_image() -> str:
+    """The trainer image built from trainer-image/Dockerfile (imported into the node's containerd)."""
+    return cluster.built_images(("trainer",))["trainer"].ref
+
+
+def with_trainer_image(job: dict) -> dict:
+    for container in job["spec"]["template"]["spec"].get("containers", []):
+        if container.get("name") == "trainer":
+            container["image"] = trainer_image()
+    return job

@@ -40,7 +40,7 @@ def cluster() -> Path:
     """The kubeconfig of a running local cluster; brings one up if none is running."""
     if not _cluster_ready():
         bin_dir = subprocess.run(["bash", str(REPO / "devcluster" / "build.sh")], check=True,
-                                 capture_output=True, text=True).stdout.strip().splitlines()[-1]
+                                 stdout=subprocess.PIPE, text=True).stdout.strip().splitlines()[-1]
         subprocess.run([sys.executable, str(REPO / "devcluster" / "cluster.py"), "up", "--bin-dir", bin_dir,
                         "--python", sys.executable], check=True)
     os.environ["KUBECONFIG"] = str(KUBECONFIG)
@@ -173,19 +173,47 @@ def crds(cluster: Path) -> None:
 
 
 @pytest.fixture(scope="session")
-def operator(cluster: Path, crds) -> Iterator[OperatorProcess]:
-    """One operator for the session; tests in their own namespaces share it.
-
-    A ``make dev`` operator watches every namespace too and would race this one: stop it first.
-    """
-    from devcluster import stack
-
-    dev_operator = stack.existing("operator")
-    if dev_operator is not None:
-        dev_operator.stop()
+def _operator_process(cluster: Path, crds) -> Iterator[OperatorProcess]:
     logs = DEVCLUSTER / "logs"
     logs.mkdir(parents=True, exist_ok=True)
     op = OperatorProcess(cluster, logs / "operator-test.log")
-    op.start()
     yield op
     op.stop()
+
+
+@pytest.fixture()
+def operator(_operator_process: OperatorProcess) -> OperatorProcess:
+    """The operator as a process of this checkout, shared by the tests in their own namespaces.
+
+    The Helm-installed operator pod (``make dev``, the e2e tests) watches every namespace too and
+    would race it: it is scaled to zero first. Only one operator ever reconciles at a time.
+    """
+    from devcluster import stack
+
+    stack.scale_operator(0)
+    if _operator_process.proc is None or _operator_process.proc.poll() is not None:
+        _operator_process.start()
+    return _operator_process
+
+
+@pytest.fixture(scope="session")
+def _helm_operator(cluster: Path, crds) -> str:
+    """``helm upgrade --install`` once per session, with the operator image of this checkout."""
+    from devcluster import stack
+
+    return stack.install_operator()
+
+
+@pytest.fixture()
+def operator_pod(_operator_process: OperatorProcess, _helm_operator: str) -> dict:
+    """The operator as a user runs it: installed with Helm as a pod from the image built here.
+
+    Returns the operator pod. The process operator is stopped first (see ``operator``).
+    """
+    from devcluster import stack
+
+    _operator_process.stop()
+    stack.scale_operator(1)
+    pod = stack.operator_pod()
+    assert pod is not None and pod["spec"]["containers"][0]["image"] == _helm_operator
+    return pod

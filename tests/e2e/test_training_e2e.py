@@ -1,6 +1,7 @@
-"""End to end for real: the operator creates rank pods, the node agent runs them as processes
-in their own network namespaces, the trainer forms a torch DDP group over gloo, and a real
-Prometheus discovers and scrapes it. What a user of `make dev` would see."""
+"""End to end for real: the operator runs as a pod installed with Helm from the image built here;
+it creates rank pods that the real node's kubelet runs as containers of the trainer image;
+the ranks find each other through cluster DNS and train with torch DDP over gloo; Prometheus 3
+discovers and scrapes the pods through the API server. What a user of `make dev` sees."""
 
 from __future__ import annotations
 
@@ -8,8 +9,9 @@ import json
 import os
 import signal
 import socket
-import sys
+import subprocess
 import time
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -19,7 +21,7 @@ from devcluster import cluster as devcluster
 from devcluster import prometheus as promsupport
 from devcluster import stack
 from tests import dpj
-from tests.helpers import wait_for
+from tests.helpers import kubectl, wait_for
 
 pytestmark = pytest.mark.e2e
 REPO = Path(__file__).resolve().parents[2]
@@ -31,41 +33,50 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.fixture(scope="module")
-def agent(cluster):
-    proc = stack.existing("nodeagent")
-    started = proc is None
-    if started:
-        proc = stack.start_agent(sys.executable, nodes=2)
-    yield proc
-    if started:
-        proc.stop()
+@pytest.fixture(scope="module", autouse=True)
+def real_node(cluster):
+    if not devcluster.NODES:
+        pytest.fail("the cluster has no real node (DPJOB_REAL_NODES=0): unset it and run `make cluster-down test`")
 
 
 @pytest.fixture(scope="module")
-def prom(cluster, operator):
+def prom(cluster):
     port = _free_port()
-    proc = stack.start_prometheus(port, [f"127.0.0.1:{operator.metrics_port}"], name="prometheus-e2e")
+    proc = stack.start_prometheus(port, name="prometheus-e2e")
     yield port
     proc.stop()
 
 
-def trainer_job(name: str, args: list[str], replicas: int = 2, **spec) -> dict:
+def trainer_job(name: str, args: list[str], replicas: int = 2, command: list[str] | None = None, **spec) -> dict:
     job = {"apiVersion": "dpjob.io/v1alpha1", "kind": "DataParallelJob", "metadata": {"name": name},
            "spec": {"replicas": replicas, "accelerator": "cpu",
-                    "template": {"spec": {"containers": [{"name": "trainer", "image": "dpjob/trainer:cpu",
-                                                          "command": ["python", "-m", "dpjob_trainer"],
-                                                          "args": args}]}}}}
+                    "template": {"spec": {"containers": [{
+                        "name": "trainer", "image": stack.trainer_image(),
+                        "command": command or ["python", "-m", "dpjob_trainer"], "args": args,
+                        "resources": {"requests": {"cpu": "300m", "memory": "512Mi"}}}]}}}}
     job["spec"].update(spec)
-    return stack.run_on_agent(job)
+    return stack.run_on_real_node(job)
 
 
 def workdir(namespace: str, name: str) -> Path:
-    return Path("/tmp/dpjob") / namespace / name
+    return stack.SHARED_DIR / namespace / name
 
 
 def reports(namespace: str, name: str) -> list[dict]:
     return [json.loads(p.read_text()) for p in sorted((workdir(namespace, name) / "report").glob("report-rank*.json"))]
+
+
+def log_events(namespace: str, pod: str, event: str) -> list[dict]:
+    out = kubectl("logs", "-n", namespace, pod, "-c", "trainer", check=False)
+    events = []
+    for line in out.stdout.splitlines():
+        try:
+            item = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if item.get("event") == event:
+            events.append(item)
+    return events
 
 
 def last_instant_with(url: str, promql: str, start: float, end: float) -> float:
@@ -76,62 +87,124 @@ def last_instant_with(url: str, promql: str, start: float, end: float) -> float:
     return max(stamps)
 
 
-def test_quickstart_trains_to_success_and_is_observed_by_prometheus(api, core, namespace, operator, agent, prom):
-    job = stack.run_on_agent(yaml.safe_load((REPO / "examples" / "quickstart-cpu.yaml").read_text()))
+def test_quickstart_applied_unchanged_trains_in_containers_and_is_observed(api, core, namespace, operator_pod, prom):
+    """helm install -> operator pod Ready -> the README's example to Succeeded in real containers."""
+    job = yaml.safe_load((REPO / "examples" / "quickstart-cpu.yaml").read_text())
     dpj.create(api, namespace, job)
-    running = dpj.wait_phase(api, namespace, "quickstart", "Running", timeout=120)
+    running = dpj.wait_phase(api, namespace, "quickstart", "Running", timeout=180)
     running_at = time.time()
     st = dpj.wait_phase(api, namespace, "quickstart", "Succeeded", timeout=300)
     assert st["succeededReplicas"] == 2 and st["restarts"] == 0
 
+    pods = dpj.rank_pods(core, namespace, "quickstart")
+    assert {p.spec.node_name for p in pods} <= {n.name for n in devcluster.NODES}, "ranks ran off the real node"
+    for pod in pods:  # a real container of the image the example names, with a CNI address
+        status = pod.status.container_statuses[0]
+        assert status.image_id and status.state.terminated.exit_code == 0
+        assert pod.status.pod_ip.startswith("10.88.")
     if devcluster.GANG_SCHEDULING:  # the DDP group was scheduled as one gang, and the gang is released
         assert running["gang"] == {"podGroup": "quickstart-gang-0", "minCount": 2}
-        assert {p.spec.scheduling_group.pod_group_name for p in dpj.rank_pods(core, namespace, "quickstart")} \
-            == {"quickstart-gang-0"}
         assert "gang" not in st
 
-    rs = reports(namespace, "quickstart")
-    assert [r["rank"] for r in rs] == [0, 1] and all(r["world_size"] == 2 and r["backend"] == "gloo" for r in rs)
-    assert len({r["param_sha256"] for r in rs}) == 1, "ranks ended with different parameters"
-    assert all(r["final_loss"] < r["initial_loss"] for r in rs), "the loss did not go down"
+    # `kubectl logs` of every rank: each trained the whole run and ended with the same parameters.
+    done = [log_events(namespace, f"quickstart-rank-{r}", "done") for r in (0, 1)]
+    assert all(len(d) == 1 and d[0]["steps"] == 300 for d in done), done
+    assert done[0][0]["param_sha256"] == done[1][0]["param_sha256"], "ranks ended with different parameters"
 
     # Prometheus discovered both rank pods through the API server and scraped them mid-run.
+    url = f"http://127.0.0.1:{prom}"
     series = wait_for("trainer series in Prometheus", lambda: promsupport.query(
-        f"http://127.0.0.1:{prom}", f'max_over_time(dpjob_trainer_steps_total{{namespace="{namespace}"}}[10m])'),
-        timeout=30)
+        url, f'max_over_time(dpjob_trainer_steps_total{{namespace="{namespace}"}}[10m])'), timeout=30)
     assert {s["metric"]["dpjob_rank"] for s in series} == {"0", "1"}
+    assert {s["metric"]["pod"] for s in series} == {"quickstart-rank-0", "quickstart-rank-1"}
     assert max(float(s["value"][1]) for s in series) == 300
 
-    # Every panel query of both dashboards returns data for this run (issue 6). Evaluate them at
-    # the last instant both ranks were being scraped: once the pods finish, their series go stale,
-    # and how long the run lasted depends on the machine.
-    url = f"http://127.0.0.1:{prom}"
+    # Every panel query of both dashboards returns data for this run, the operator's panels from the
+    # operator pod. Evaluate at the last instant both ranks were being scraped.
     at = last_instant_with(url, f'count(dpjob_trainer_info{{namespace="{namespace}"}}) == 2',
                            start=running_at - 60, end=time.time())
     empty = []
     for dashboard, title, expr in promsupport.dashboard_queries(
             values={"namespace": namespace, "job": "quickstart", "operator": "dpjob-operator",
                     "__rate_interval": "1m", "__interval": "5s"}):
-        result = promsupport.query(url, expr, at)
-        if not result:
-            result = promsupport.query(url, expr)
+        result = promsupport.query(url, expr, at) or promsupport.query(url, expr)
         if not result:
             empty.append(f"{dashboard} / {title}: {expr}")
     assert not empty, "panels without data:\n" + "\n".join(empty)
 
 
-def test_linear_task_converges_to_the_oneflow_solution(api, namespace, operator, agent):
+PROBE = """
+import json, os, socket, time
+master = os.environ["MASTER_ADDR"]
+hosts = open("/etc/hosts").read()
+print(json.dumps({"event": "probe", "rank": int(os.environ["RANK"]), "master": master,
+                  "ip": socket.gethostbyname(master),
+                  "in_hosts_file": master in hosts, "uid": os.getuid()}), flush=True)
+from http.server import HTTPServer, BaseHTTPRequestHandler
+class H(BaseHTTPRequestHandler):
+    def do_GET(self):
+        self.send_response(200); self.end_headers(); self.wfile.write(b"rank " + os.environ["RANK"].encode())
+HTTPServer(("0.0.0.0", 9090), H).serve_forever()
+"""
+
+
+def test_ranks_resolve_each_other_through_cluster_dns_and_kubectl_exec_and_port_forward_work(
+        api, core, namespace, operator_pod):
+    name = "probe"
+    dpj.create(api, namespace, trainer_job(name, ["-c", PROBE], command=["python"]))
+    dpj.wait_phase(api, namespace, name, "Running", timeout=180)
+    pods = {p.metadata.name: p for p in dpj.rank_pods(core, namespace, name)}
+    rank0_ip = pods[f"{name}-rank-0"].status.pod_ip
+    probes = wait_for("both ranks' DNS probes", lambda: (lambda found: found if len(found) == 2 else None)(
+        [e for r in (0, 1) for e in log_events(namespace, f"{name}-rank-{r}", "probe")]), timeout=60)
+    fqdn = f"{name}-rank-0.{name}.{namespace}.svc.cluster.local"
+    assert {p["master"] for p in probes} == {fqdn}
+    assert all(p["ip"] == rank0_ip for p in probes), probes
+    # The kubelet's /etc/hosts names a pod itself (hostname + subdomain), so rank 0 finds its own
+    # name there; every other rank must find rank 0 through CoreDNS.
+    assert not any(p["in_hosts_file"] for p in probes if p["rank"] != 0), "resolved from a hosts file, not cluster DNS"
+
+    # The trainer image runs as its non-root user, on a read-only root filesystem.
+    assert {p["uid"] for p in probes} == {10001}
+    touch = kubectl("exec", "-n", namespace, f"{name}-rank-1", "-c", "trainer", "--", "python", "-c",
+                    "open('/opt/x', 'w')", check=False)
+    assert touch.returncode != 0 and "Read-only file system" in touch.stderr, touch.stderr
+    resolved = kubectl("exec", "-n", namespace, f"{name}-rank-1", "-c", "trainer", "--", "python", "-c",
+                       f"import socket; print(socket.gethostbyname('{fqdn}'))")
+    assert resolved.stdout.strip() == rank0_ip
+
+    port = _free_port()
+    forward = subprocess.Popen([str(REPO / ".devcluster" / "bin" / "kubectl"), "--kubeconfig",
+                                str(devcluster.KUBECONFIG), "port-forward", "-n", namespace, f"pod/{name}-rank-1",
+                                f"{port}:9090"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        body = wait_for("the port-forwarded rank", lambda: _get(f"http://127.0.0.1:{port}/"), timeout=30)
+        assert body == "rank 1"
+    finally:
+        forward.terminate()
+        forward.wait(10)
+
+
+def _get(url: str) -> str | None:
+    try:
+        with urllib.request.urlopen(url, timeout=2) as resp:
+            return resp.read().decode()
+    except OSError:
+        return None
+
+
+def test_linear_task_converges_to_the_oneflow_solution(api, namespace, operator_pod):
     name = "linear"
     dpj.create(api, namespace, trainer_job(name, ["--task", "linear", "--metrics-port", "0",
-                                                   "--report", f"/tmp/dpjob/{namespace}/{name}/report"]))
+                                                   "--report", f"{workdir(namespace, name)}/report"]))
     dpj.wait_phase(api, namespace, name, "Succeeded", timeout=240)
     rs = reports(namespace, name)
     assert len(rs) == 2 and len({r["param_sha256"] for r in rs}) == 1
-    w = rs[0]["weights"]
-    assert w == pytest.approx([2.0, 3.0], abs=0.05)
+    assert rs[0]["weights"] == pytest.approx([2.0, 3.0], abs=0.05)
 
 
-def _trainer_pids(namespace: str, name: str, rank: int) -> list[int]:
+def _container_pids(namespace: str, name: str, rank: int) -> list[int]:
+    """The trainer's processes on this host, found by the environment the operator gave them."""
     pids = []
     for proc in Path("/proc").iterdir():
         if not proc.name.isdigit():
@@ -148,23 +221,68 @@ def _trainer_pids(namespace: str, name: str, rank: int) -> list[int]:
     return pids
 
 
-def test_killed_rank_gang_restarts_and_resumes_from_the_checkpoint(api, namespace, operator, agent):
+def test_a_rank_container_killed_with_sigkill_restarts_the_gang_which_resumes_from_the_checkpoint(
+        api, namespace, operator_pod):
     name = "resume"
-    base = f"/tmp/dpjob/{namespace}/{name}"
+    base = workdir(namespace, name)
     steps = 600
     dpj.create(api, namespace, trainer_job(name, [
         "--task", "mlp", "--steps", str(steps), "--checkpoint-every", "25", "--checkpoint-dir", f"{base}/ckpt",
         "--report", f"{base}/report", "--metrics-port", "0", "--log-every", "25"],
         runPolicy={"backoffLimit": 2}))
-    dpj.wait_phase(api, namespace, name, "Running", timeout=120)
+    dpj.wait_phase(api, namespace, name, "Running", timeout=180)
     wait_for("a checkpoint", lambda: any(Path(f"{base}/ckpt").glob("*")), timeout=120, interval=0.5)
-    pids = wait_for("rank 1's trainer process", lambda: _trainer_pids(namespace, name, 1), timeout=30)
-    for pid in pids:
+    pids = wait_for("rank 1's trainer process", lambda: _container_pids(namespace, name, 1), timeout=30)
+    for pid in pids:  # pid 1 of the container: the container dies with it
         os.kill(pid, signal.SIGKILL)
     st = dpj.wait_phase(api, namespace, name, "Succeeded", timeout=300)
     assert st["restarts"] == 1 and st["failureRestarts"] == 1
-    assert st["lastFailure"]["rank"] == 1 and st["lastFailure"]["exitCode"] in (137, -9)
+    assert st["lastFailure"]["rank"] == 1 and st["lastFailure"]["exitCode"] == 137
     rs = reports(namespace, name)
     assert all(r["steps"] == steps for r in rs)
     assert all(r["resumed_from_step"] > 0 for r in rs), "the restarted gang did not resume from the checkpoint"
     assert len({r["param_sha256"] for r in rs}) == 1
+
+
+def test_the_operator_container_killed_mid_run_comes_back_without_disturbing_the_job(api, core, namespace,
+                                                                                       operator_pod):
+    name = "steady"  # ranks that run for 40 s, long enough to restart the operator under them
+    dpj.create(api, namespace, trainer_job(name, ["-c", "import time; time.sleep(40)"], command=["python"]))
+    dpj.wait_phase(api, namespace, name, "Running", timeout=180)
+    before = {p.metadata.name: p.metadata.uid for p in dpj.rank_pods(core, namespace, name)}
+    op_uid, op_restarts = operator_pod["metadata"]["uid"], _restart_count(operator_pod)
+    for pid in _operator_pids():
+        os.kill(pid, signal.SIGKILL)
+    wait_for("the kubelet to restart the operator container",
+             lambda: (lambda p: p and p["metadata"]["uid"] == op_uid and _restart_count(p) > op_restarts
+                      and _ready(p))(stack.operator_pod()), timeout=120)
+    st = dpj.wait_phase(api, namespace, name, "Succeeded", timeout=300)
+    assert st["restarts"] == 0, "the operator's restart disturbed the gang"
+    after = {p.metadata.name: p.metadata.uid for p in dpj.rank_pods(core, namespace, name)}
+    assert after == before, "the restarted operator replaced running ranks"
+
+
+def _restart_count(pod: dict) -> int:
+    return sum(c.get("restartCount", 0) for c in pod.get("status", {}).get("containerStatuses", []))
+
+
+def _ready(pod: dict) -> bool:
+    return any(c["type"] == "Ready" and c["status"] == "True" for c in pod.get("status", {}).get("conditions", []))
+
+
+def _operator_pids() -> list[int]:
+    """The operator container's main process (``python -m dpjob_operator`` run as uid 65532)."""
+    pids = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            cmd = (proc / "cmdline").read_bytes()
+            uid = int(next(line for line in (proc / "status").read_text().splitlines()
+                           if line.startswith("Uid:")).split()[1])
+        except (OSError, StopIteration, ValueError):
+            continue
+        if b"dpjob_operator" in cmd and uid == 65532:
+            pids.append(int(proc.name))
+    assert pids, "no operator container process found on this host"
+    return pids

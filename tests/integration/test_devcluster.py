@@ -140,3 +140,28 @@ def test_chaos_label_fails_a_running_pod_on_demand(core, namespace):
     wait_for("victim Failed", lambda: pod_phase(core, namespace, "victim") == "Failed")
     term = core.read_namespaced_pod("victim", namespace).status.container_statuses[0].state.terminated
     assert term.exit_code == 7
+
+
+def test_the_real_node_is_ready_tainted_and_runs_a_container_from_an_image_built_here(core, namespace):
+    """kubelet + containerd: a pod scheduled there really runs, and `kubectl logs` reads its output."""
+    from devcluster import cluster as devcluster
+    from devcluster import realnode
+
+    if not devcluster.NODES:
+        pytest.fail("the cluster has no real node (DPJOB_REAL_NODES=0): unset it and run `make cluster-down test`")
+    node = core.read_node(devcluster.NODES[0].name)
+    assert node.metadata.labels["dpjob.io/pool"] == realnode.POOL
+    assert {(t.key, t.effect) for t in node.spec.taints} == {(realnode.TAINT["key"], "NoSchedule")}
+    assert node.status.node_info.container_runtime_version.startswith("containerd://")
+    assert node.status.node_info.kubelet_version == "v1.36.3"
+    image = devcluster.built_images(("operator",))["operator"].ref
+    pod = client.V1Pod(
+        metadata=client.V1ObjectMeta(name="hello"),
+        spec=client.V1PodSpec(
+            restart_policy="Never", node_selector={"dpjob.io/pool": realnode.POOL},
+            tolerations=[client.V1Toleration(key=realnode.TAINT["key"], operator="Exists", effect="NoSchedule")],
+            containers=[client.V1Container(name="main", image=image, image_pull_policy="IfNotPresent",
+                                           command=["python", "-c", "import os; print('hello from', os.getuid())"])]))
+    core.create_namespaced_pod(namespace, pod)
+    wait_for("the pod to succeed", lambda: pod_phase(core, namespace, "hello") == "Succeeded", timeout=90)
+    assert kubectl("logs", "-n", namespace, "hello").stdout.strip() == "hello from 65532"

@@ -1,5 +1,5 @@
 """devcluster/prometheus.py: variable substitution and config rendering (unit), and a real
-Debian Prometheus scraping in-process operator and trainer metric endpoints so that every
+Prometheus 3 (built from Go modules by devcluster/build.sh) scraping in-process operator and trainer metric endpoints so that every
 dashboard query is proven to be valid PromQL that returns data (integration; no cluster)."""
 
 from __future__ import annotations
@@ -90,7 +90,6 @@ def _free_port() -> int:
 
 
 @pytest.mark.integration
-@pytest.mark.skipif(not Path(prom.PROMETHEUS).exists(), reason=f"{prom.PROMETHEUS} not installed")
 def test_every_dashboard_query_returns_data_from_real_prometheus(tmp_path):
     """Synthetic but real exporters: the operator's own metric objects and two TrainerMetrics."""
     from prometheus_client import CollectorRegistry, start_http_server

@@ -1,0 +1,220 @@
+#!/usr/bin/env bash
+# Build (or reuse) the OCI images the dev cluster's real node runs, without a Docker daemon.
+#
+#   images.sh [NAME...]     NAME: base pause coredns operator trainer (default: all)
+#
+# Why this way: these machines have no Docker engine and no registry, but they have Debian's
+# buildah and mmdebstrap. The project's own Dockerfiles build unchanged with
+# `buildah bud` (they keep working with docker/buildkit elsewhere); their base image
+# (`python:3.11-slim`) is a Debian bookworm root filesystem made here by mmdebstrap, because
+# bookworm's python3.11 matches it. pause and CoreDNS are single static binaries, built from the
+# Kubernetes and CoreDNS Go modules.
+#
+# Each image is cached as an OCI archive in ~/.cache/dpjob/images/, named by a hash of its inputs,
+# so a second run takes seconds and an input change rebuilds only that image. The node imports
+# the archives into containerd (pods use imagePullPolicy IfNotPresent; nothing is ever pulled).
+#
+# Corporate networks and these machines pass package downloads through a TLS proxy whose CA only
+# the host trusts: the host's pip configuration (`pip config list`: index-url, cert, ...) and the
+# CA files it names are mounted into every build step, never baked into an image.
+# DPJOB_BUILD_CA_BUNDLE names an extra CA bundle to trust the same way.
+#
+# Prints `NAME REF ARCHIVE` per image on stdout; progress goes to stderr, build logs to files.
+set -euo pipefail
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+CACHE_ROOT=${DPJOB_CACHE:-$HOME/.cache/dpjob}
+IMAGES="$CACHE_ROOT/images"
+LOGS="$CACHE_ROOT/logs"
+mkdir -p "$IMAGES" "$LOGS"
+K8S_VERSION=${K8S_VERSION:-1.36.3}
+PAUSE_VERSION=3.10
+SUITE=bookworm
+BASE_PACKAGES="python3,python3-venv,python3-pip,python-is-python3,ca-certificates"
+BASE_REF=docker.io/library/python:3.11-slim
+TORCH_SPEC=${TORCH_SPEC:-$(grep -E '^torch==' "$ROOT/requirements.lock")}
+
+log() { echo "[images] $*" >&2; }
+die() { echo "[images] $*" >&2; exit 1; }
+bash "$ROOT/devcluster/sysdeps.sh" images
+BUILDAH=(buildah --root "$CACHE_ROOT/buildah/storage" --runroot "$CACHE_ROOT/buildah/run" --storage-driver overlay)
+# One build at a time per machine (make dev and a CI clone may ask together): builds share storage.
+exec 9>"$IMAGES/.lock"
+flock 9
+# Keep at most this much of buildah's layer cache; past it, drop the cache of superseded builds.
+STORAGE_CAP_GB=${DPJOB_BUILDAH_CACHE_GB:-30}
+
+tidy_storage() {  # working containers of interrupted builds, superseded tags, an oversized cache
+  local keep=$1 repo=${1%:*} old
+  "${BUILDAH[@]}" rm --all >/dev/null 2>&1 || true
+  for old in $("${BUILDAH[@]}" images --format '{{.Name}}:{{.Tag}}' 2>/dev/null | grep "^$repo:" | grep -vx "$keep"); do
+    "${BUILDAH[@]}" rmi -f "$old" >/dev/null 2>&1 || true
+  done
+  if [ "$(du -s --block-size=1G "$CACHE_ROOT/buildah/storage" 2>/dev/null | cut -f1)" -gt "$STORAGE_CAP_GB" ]; then
+    log "buildah's layer cache is over ${STORAGE_CAP_GB} GiB: pruning superseded layers (DPJOB_BUILDAH_CACHE_GB)"
+    "${BUILDAH[@]}" rmi --prune >/dev/null 2>&1 || true
+  fi
+}
+
+hash_inputs() {  # hash_inputs STRING PATH... -> 12 hex chars over the string and every file's content
+  local extra=$1; shift
+  { echo "$extra"; find "$@" -type f ! -path '*/__pycache__/*' ! -name '*.pyc' -print0 | sort -z | xargs -0 sha256sum; } \
+    | sha256sum | cut -c1-12
+}
+
+have_archive() { [ -s "$1" ] && [ -f "$1.complete" ]; }
+
+export_archive() {  # export_archive REF ARCHIVE: uncompressed, since containerd unpacks it at once
+  rm -f "$2" "$2.complete"
+  "${BUILDAH[@]}" push --quiet --disable-compression "$1" "oci-archive:$2:$1" >/dev/null
+  touch "$2.complete"
+  find "$IMAGES" -maxdepth 1 -name "$(basename "${2%-*}")-*.tar" ! -name "$(basename "$2")" -delete
+  find "$IMAGES" -maxdepth 1 -name "$(basename "${2%-*}")-*.tar.complete" ! -name "$(basename "$2").complete" -delete
+}
+
+run_logged() {  # run_logged WHAT LOGFILE CMD...: quiet on success, the log's tail and one line on failure
+  local what=$1 logfile=$2; shift 2
+  if ! "$@" >"$logfile" 2>&1; then
+    "${BUILDAH[@]}" rm --all >/dev/null 2>&1 || true
+    tail -n 25 "$logfile" >&2
+    die "$what failed: see $logfile"
+  fi
+}
+
+# Build-time network settings: the host's pip configuration and the CA files it names.
+build_volumes=()
+prepare_build_network() {
+  local conf="$CACHE_ROOT/buildah/pip.conf" line key value
+  mkdir -p "$(dirname "$conf")"
+  echo "[global]" > "$conf"
+  while IFS= read -r line; do
+    key=${line%%=*}; value=${line#*=}; value=${value#\'}; value=${value%\'}
+    [[ $key == global.* ]] || continue
+    echo "${key#global.} = $value" >> "$conf"
+    if [[ $key == global.cert || $key == global.client-cert ]] && [ -f "$value" ]; then
+      build_volumes+=(-v "$value:$value:ro")
+    fi
+  done < <(python3 -m pip config list 2>/dev/null || true)
+  if [ -n "${DPJOB_BUILD_CA_BUNDLE:-}" ]; then
+    [ -f "$DPJOB_BUILD_CA_BUNDLE" ] || die "DPJOB_BUILD_CA_BUNDLE=$DPJOB_BUILD_CA_BUNDLE is not a file"
+    build_volumes+=(-v "$DPJOB_BUILD_CA_BUNDLE:/etc/dpjob-build-ca.pem:ro")
+    grep -q '^cert' "$conf" || echo "cert = /etc/dpjob-build-ca.pem" >> "$conf"
+  fi
+  build_volumes+=(-v "$conf:/etc/pip.conf:ro")
+}
+
+package_index() {  # the index the host's pip uses (its configuration, else pip's own default)
+  python3 -m pip config get global.index-url 2>/dev/null && return
+  python3 -c 'from pip._internal.models.index import PyPI; print(PyPI.simple_url)'
+}
+
+# ------------------------------------------------------------------------------------------ base
+BASE_KEY=$(echo "$SUITE minbase $BASE_PACKAGES v1" | sha256sum | cut -c1-12)
+ensure_base() {
+  local tarball="$IMAGES/rootfs-$SUITE-$BASE_KEY.tar"
+  if [ "$("${BUILDAH[@]}" inspect --type image --format '{{index .ImageAnnotations "io.dpjob.base"}}' "$BASE_REF" 2>/dev/null)" = "$BASE_KEY" ]; then
+    return
+  fi
+  if ! have_archive "$tarball"; then
+    local t0=$SECONDS
+    log "base: Debian $SUITE root filesystem with python3 (mmdebstrap, about 1 min)"
+    rm -f "$tarball"
+    run_logged "mmdebstrap $SUITE" "$LOGS/image-base.log" \
+      mmdebstrap --variant=minbase --include="$BASE_PACKAGES" "$SUITE" "$tarball"
+    touch "$tarball.complete"
+    log "base: root filesystem ready in $((SECONDS - t0))s"
+  fi
+  local c
+  c=$("${BUILDAH[@]}" from --quiet scratch)
+  "${BUILDAH[@]}" add --quiet "$c" "$tarball" / >/dev/null
+  "${BUILDAH[@]}" config --env PATH=/usr/local/bin:/usr/local/sbin:/usr/sbin:/usr/bin:/sbin:/bin --env LANG=C.UTF-8 \
+    --cmd python3 --annotation "io.dpjob.base=$BASE_KEY" "$c"
+  "${BUILDAH[@]}" commit --quiet "$c" "$BASE_REF" >/dev/null
+  "${BUILDAH[@]}" rm "$c" >/dev/null
+}
+
+# --------------------------------------------------------------------------- Dockerfile images
+build_dockerfile() {  # NAME DOCKERFILE CONTEXT KEY [build args...]
+  local name=$1 dockerfile=$2 context=$3 key=$4; shift 4
+  local ref="localhost/dpjob/$name:dev-$key" archive="$IMAGES/$name-$key.tar"
+  if ! have_archive "$archive"; then
+    ensure_base
+    [ ${#build_volumes[@]} -gt 0 ] || prepare_build_network
+    local t0=$SECONDS
+    log "$name: buildah bud -f ${dockerfile#"$ROOT"/} (log: $LOGS/image-$name.log)"
+    run_logged "building the $name image" "$LOGS/image-$name.log" \
+      "${BUILDAH[@]}" bud --layers --isolation chroot --pull-never "${build_volumes[@]}" "$@" \
+      -f "$dockerfile" -t "$ref" "$context"
+    log "$name: built in $((SECONDS - t0))s; writing the OCI archive"
+    export_archive "$ref" "$archive"
+    tidy_storage "$ref"
+    log "$name: $(du -h "$archive" | cut -f1) in $((SECONDS - t0))s"
+  fi
+  echo "$name $ref $archive"
+}
+
+image_operator() {
+  local key
+  key=$(hash_inputs "$BASE_KEY" "$ROOT/operator" "$ROOT/pyproject.toml" "$ROOT/requirements.lock" \
+        "$ROOT/README.md" "$ROOT/.dockerignore")
+  build_dockerfile operator "$ROOT/operator/Dockerfile" "$ROOT" "$key"
+}
+
+image_trainer() {
+  local key index
+  key=$(hash_inputs "$BASE_KEY $TORCH_SPEC" "$ROOT/trainer-image")
+  index=$(package_index)
+  build_dockerfile trainer "$ROOT/trainer-image/Dockerfile" "$ROOT/trainer-image" "$key" \
+    --build-arg "TORCH_INDEX=$index" --build-arg "TORCH_SPEC=$TORCH_SPEC"
+}
+
+# ------------------------------------------------------------------- single static binaries
+build_binary_image() {  # NAME REF BINARY ENTRYPOINT-JSON
+  local name=$1 ref=$2 binary=$3 entrypoint=$4
+  local key archive
+  key=$(sha256sum "$binary" | cut -c1-12)
+  archive="$IMAGES/$name-$key.tar"
+  if ! have_archive "$archive"; then
+    log "$name: image from $(basename "$binary")"
+    local c
+    c=$("${BUILDAH[@]}" from --quiet scratch)
+    "${BUILDAH[@]}" copy --quiet "$c" "$binary" "/$(basename "$binary")" >/dev/null
+    "${BUILDAH[@]}" config --entrypoint "$entrypoint" --user 65535:65535 "$c"
+    "${BUILDAH[@]}" commit --quiet "$c" "$ref" >/dev/null
+    "${BUILDAH[@]}" rm "$c" >/dev/null
+    export_archive "$ref" "$archive"
+  fi
+  echo "$name $ref $archive"
+}
+
+image_pause() {
+  # The pod sandbox: build/pause/linux/pause.c ships in the k8s.io/kubernetes module.
+  local src out="$CACHE_ROOT/tools/pause-$PAUSE_VERSION/pause"
+  if [ ! -x "$out" ]; then
+    src=$(cd "$CACHE_ROOT" && go mod download -json "k8s.io/kubernetes@v$K8S_VERSION" \
+          | python3 -c 'import json,sys;print(json.load(sys.stdin)["Dir"])')/build/pause/linux/pause.c
+    [ -f "$src" ] || die "pause.c not found in the k8s.io/kubernetes v$K8S_VERSION module ($src)"
+    mkdir -p "$(dirname "$out")"
+    run_logged "compiling pause.c" "$LOGS/image-pause.log" gcc -Os -static -DVERSION="$PAUSE_VERSION" -o "$out" "$src"
+  fi
+  build_binary_image pause "registry.k8s.io/pause:$PAUSE_VERSION" "$out" '["/pause"]'
+}
+
+image_coredns() {
+  local bin_dir binary
+  bin_dir=$(bash "$ROOT/devcluster/build.sh" | tail -1)
+  binary=$(readlink -f "$bin_dir/coredns")
+  [ -x "$binary" ] || die "coredns binary missing in $bin_dir: run bash devcluster/build.sh"
+  local version
+  version=$(basename "$(dirname "$binary")"); version=${version#coredns-}
+  build_binary_image coredns "localhost/dpjob/coredns:$version" "$binary" '["/coredns"]'
+}
+
+names=("$@")
+[ ${#names[@]} -gt 0 ] || names=(pause coredns operator trainer)
+for n in "${names[@]}"; do
+  case $n in
+    base) ensure_base ;;
+    pause|coredns|operator|trainer) "image_$n" ;;
+    *) die "unknown image '$n' (known: base pause coredns operator trainer)" ;;
+  esac
+done

@@ -1,0 +1,82 @@
+"""devcluster/realnode.py's pure parts: the settings without which a pod fails on this machine kind
+(each one cost a failed pod once; shared/reference/real-node.md), and image bookkeeping."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from devcluster import prometheus as promsupport
+from devcluster import realnode
+
+pytestmark = pytest.mark.unit
+REPO = Path(__file__).resolve().parents[2]
+NODES = [realnode.RealNode(i, Path(f"/state/node-{i}")) for i in range(2)]
+
+
+@pytest.mark.parametrize("setting", [
+    "restrict_oom_score_adj = true",             # root lacks CAP_SYS_RESOURCE: runc cannot lower oom_score_adj
+    'runtime_type = "io.containerd.runc.v2"',    # crun refuses the hybrid cgroup layout
+    f'sandbox_image = "{realnode.PAUSE_IMAGE}"',  # the pause image built here, never pulled
+    'bin_dir = "/usr/lib/cni"',                  # Debian's containernetworking-plugins
+])
+def test_containerd_config_carries_the_settings_this_machine_needs(setting):
+    assert setting in realnode.containerd_config(NODES[0])
+
+
+def test_kubelet_config_runs_on_cgroup_v1_and_points_at_cluster_dns():
+    cfg = json.loads(realnode.kubelet_config(NODES[0], Path("/pki")))
+    assert cfg["failCgroupV1"] is False and cfg["cgroupDriver"] == "cgroupfs"
+    assert cfg["clusterDNS"] == [realnode.DNS_SERVICE_IP] and cfg["clusterDomain"] == "cluster.local"
+    assert cfg["authentication"]["anonymous"]["enabled"] is False  # kubectl logs needs the client cert
+    assert cfg["authentication"]["x509"]["clientCAFile"] == "/pki/ca.crt"
+    assert cfg["registerWithTaints"] == [realnode.TAINT]
+    assert cfg["containerRuntimeEndpoint"] == f"unix://{NODES[0].socket}"
+
+
+def test_two_nodes_never_share_a_subnet_bridge_port_socket_or_cgroup():
+    for attr in ("subnet", "bridge", "kubelet_port", "socket", "cgroup_root", "containerd_root", "name"):
+        assert len({getattr(n, attr) for n in NODES}) == 2, attr
+    nets = [realnode.cni_config(n)["plugins"][0] for n in NODES]
+    assert [n["ipam"]["ranges"][0][0]["subnet"] for n in nets] == ["10.88.0.0/24", "10.88.1.0/24"]
+    assert all(n["isGateway"] and n["hairpinMode"] for n in nets)
+
+
+def test_coredns_serves_cluster_local_on_the_kube_dns_service_ip_as_non_root():
+    docs = {d["kind"]: d for d in realnode.coredns_manifests("img:1", {"dpjob.io/pool": "real"})}
+    assert docs["Service"]["spec"]["clusterIP"] == realnode.DNS_SERVICE_IP
+    assert {p["port"] for p in docs["Service"]["spec"]["ports"]} == {53}
+    assert "kubernetes cluster.local" in docs["ConfigMap"]["data"]["Corefile"]
+    pod = docs["Deployment"]["spec"]["template"]["spec"]
+    assert pod["securityContext"]["runAsNonRoot"] and realnode.TOLERATION in pod["tolerations"]
+
+
+def test_image_lines_and_aliases():
+    images = realnode.parse_image_lines("trainer localhost/dpjob/trainer:dev-abc /c/trainer-abc.tar\n[images] noise\n")
+    assert images["trainer"].ref == "localhost/dpjob/trainer:dev-abc"
+    assert images["trainer"].archive == Path("/c/trainer-abc.tar")
+    aliases = realnode.aliases(REPO)
+    example = (REPO / "examples" / "quickstart-cpu.yaml").read_text()
+    assert any(a in example for a in aliases["trainer"]), "the quickstart's image would not resolve on the dev node"
+    assert aliases["operator"] == [f"ghcr.io/dpjob/dpjob-operator:"
+                                   f"{realnode.chart_app_version(REPO / 'helm/dpjob-operator/Chart.yaml')}"]
+
+
+def test_cluster_prometheus_relabels_trainer_pods_like_the_charts_pod_monitor():
+    cfg = json.loads(promsupport.render_cluster_config("/kubeconfig", ["127.0.0.1:8080"]))
+    jobs = {j["job_name"]: j for j in cfg["scrape_configs"]}
+    trainer = jobs[promsupport.TRAINER_JOB]
+    assert trainer["kubernetes_sd_configs"] == [{"role": "pod", "kubeconfig_file": "/kubeconfig"}]
+    targets = {r.get("target_label"): r["source_labels"][0] for r in trainer["relabel_configs"] if "target_label" in r}
+    # The chart's PodMonitor relabelings (templates/podmonitor.yaml) plus the two the Prometheus
+    # Operator adds to every pod target.
+    assert targets == {"namespace": "__meta_kubernetes_namespace", "pod": "__meta_kubernetes_pod_name",
+                       "dpjob_job": "__meta_kubernetes_pod_label_dpjob_io_job_name",
+                       "dpjob_rank": "__meta_kubernetes_pod_label_dpjob_io_rank",
+                       "dpjob_restart": "__meta_kubernetes_pod_label_dpjob_io_restart"}
+    podmonitor = (REPO / "helm/dpjob-operator/templates/podmonitor.yaml").read_text()
+    for label in ("dpjob_job", "dpjob_rank", "dpjob_restart"):
+        assert f"targetLabel: {label}" in podmonitor and f"[{targets[label]}]" in podmonitor
+    assert jobs[promsupport.OPERATOR_JOB]["static_configs"] == [{"targets": ["127.0.0.1:8080"]}]
