@@ -26,6 +26,12 @@ WORK="$CACHE_ROOT/$KEY/build"
 TOOLS="$CACHE_ROOT/tools"
 BUILD_LOGS="$CACHE_ROOT/logs"
 mkdir -p "$BIN" "$WORK" "$TOOLS" "$BUILD_LOGS"
+# One build at a time per machine: `make dev`, a test that needs helm and a CI clone may all ask.
+exec 9>"$CACHE_ROOT/.build.lock"
+if ! flock -n 9; then
+  echo "[build] another build is running (e.g. make dev in another checkout); waiting for it" >&2
+  flock 9
+fi
 
 export CGO_ENABLED=0 GOFLAGS=-trimpath GOTOOLCHAIN=${GOTOOLCHAIN:-local}
 log() { echo "[build] $*" >&2; }
