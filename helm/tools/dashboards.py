@@ -1,8 +1,11 @@
 #!/usr/bin/env python3
-"""Generate the chart's Grafana dashboards (helm/dpjob-operator/dashboards/*.json).
+"""Generate the chart's Grafana dashboards (helm/dpjob-operator/dashboards/*.json) with
+``grafana-foundation-sdk``, the dashboards-as-code SDK that Grafana Labs maintains.
 
 The JSON files are what the chart ships (and what a user can import by hand); this script is
-their source so that queries are reviewed as PromQL rather than as a 2,000-line JSON diff.
+their source so that queries are reviewed as PromQL rather than as a 2,000-line JSON diff. The
+SDK owns the dashboard model (typed builders generated from Grafana's own schema), the grid layout
+and the JSON encoding; this file owns only what to show.
 ``python3 helm/tools/dashboards.py`` rewrites them; ``--check`` fails when they are stale
 (tests/unit/test_dashboards.py runs the check).
 
@@ -27,11 +30,16 @@ import argparse
 import json
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
+
+from grafana_foundation_sdk.builders import bargauge, common, dashboard, prometheus, stat, timeseries
+from grafana_foundation_sdk.cog.encoder import JSONEncoder
+from grafana_foundation_sdk.models import common as common_model
+from grafana_foundation_sdk.models import dashboard as model
+from grafana_foundation_sdk.models import prometheus as prometheus_model
 
 OUT_DIR = Path(__file__).resolve().parent.parent / "dpjob-operator" / "dashboards"
-SCHEMA_VERSION = 39
-DS = {"type": "prometheus", "uid": "${datasource}"}
+DS = model.DataSourceRef(type_val="prometheus", uid="${datasource}")
 
 T = 'namespace=~"$namespace", dpjob_job=~"$job"'  # trainer selector
 O = 'job=~"$operator"'  # operator selector
@@ -40,108 +48,93 @@ RI = "$__rate_interval"
 # Attach the trainer's global rank (a label of dpjob_trainer_info) to a per-target series.
 RANK_JOIN = f'* on(job, instance) group_left(rank) dpjob_trainer_info{{{T}}}'
 
+PANEL_KINDS: dict[str, Callable[[], Any]] = {"timeseries": timeseries.Panel, "stat": stat.Panel,
+                                             "bargauge": bargauge.Panel}
+
 
 class Board:
-    """Lays panels out left to right on Grafana's 24-column grid, rows stacked."""
+    """Collects rows and panels in order; the SDK's Dashboard builder lays them out on the grid."""
 
     def __init__(self) -> None:
-        self.panels: list[dict[str, Any]] = []
+        self.items: list[tuple[str, Any]] = []
         self._id = 0
-        self._x = 0
-        self._y = 0
-        self._row_h = 0
 
     def _next_id(self) -> int:
         self._id += 1
         return self._id
 
     def row(self, title: str) -> None:
-        self._newline()
-        self.panels.append({"id": self._next_id(), "type": "row", "title": title, "collapsed": False,
-                            "gridPos": {"h": 1, "w": 24, "x": 0, "y": self._y}, "panels": []})
-        self._y += 1
-
-    def _newline(self) -> None:
-        if self._x:
-            self._y += self._row_h
-            self._x = 0
-            self._row_h = 0
+        self.items.append(("row", dashboard.Row(title).id(self._next_id())))
 
     def panel(self, kind: str, title: str, targets: list[tuple[str, str]], *, w: int = 8, h: int = 8,
               unit: str = "short", description: str = "", decimals: int | None = None,
               thresholds: list[tuple[float | None, str]] | None = None, min_: float | None = None,
               max_: float | None = None, options: dict[str, Any] | None = None) -> None:
-        if self._x + w > 24:
-            self._newline()
-        defaults: dict[str, Any] = {"unit": unit}
-        if decimals is not None:
-            defaults["decimals"] = decimals
-        if min_ is not None:
-            defaults["min"] = min_
-        if max_ is not None:
-            defaults["max"] = max_
-        steps = [{"color": color, "value": value} for value, color in (thresholds or [(None, "green")])]
-        defaults["thresholds"] = {"mode": "absolute", "steps": steps}
-        if kind == "timeseries":
-            defaults["custom"] = {"drawStyle": "line", "lineWidth": 1, "fillOpacity": 10, "showPoints": "never",
-                                  "spanNulls": False}
-            defaults["color"] = {"mode": "palette-classic"}
-            opts = {"legend": {"displayMode": "list", "placement": "bottom", "showLegend": True},
-                    "tooltip": {"mode": "multi", "sort": "desc"}}
-        elif kind == "stat":
-            defaults["color"] = {"mode": "thresholds"}
-            opts = {"reduceOptions": {"calcs": ["lastNotNull"], "fields": "", "values": False},
-                    "colorMode": "value", "graphMode": "area", "justifyMode": "auto", "textMode": "auto",
-                    "orientation": "auto"}
-        elif kind == "bargauge":
-            defaults["color"] = {"mode": "thresholds"}
-            opts = {"reduceOptions": {"calcs": ["lastNotNull"], "fields": "", "values": False},
-                    "displayMode": "basic", "orientation": "horizontal", "showUnfilled": True}
-        else:
+        if kind not in PANEL_KINDS:
             raise ValueError(kind)
-        opts.update(options or {})
-        panel = {
-            "id": self._next_id(), "type": kind, "title": title, "description": description,
-            "datasource": dict(DS),
-            "gridPos": {"h": h, "w": w, "x": self._x, "y": self._y},
-            "fieldConfig": {"defaults": defaults, "overrides": []},
-            "options": opts,
-            "targets": [{"refId": chr(ord("A") + i), "datasource": dict(DS), "expr": expr, "legendFormat": legend,
-                         "range": True, "instant": False, "editorMode": "code"}
-                        for i, (expr, legend) in enumerate(targets)],
-        }
-        self.panels.append(panel)
-        self._x += w
-        self._row_h = max(self._row_h, h)
+        steps = [model.Threshold(value=value, color=color) for value, color in (thresholds or [(None, "green")])]
+        panel = (PANEL_KINDS[kind]().id(self._next_id()).title(title).description(description).datasource(DS)
+                 .span(w).height(h).unit(unit)
+                 .thresholds(dashboard.ThresholdsConfig().mode(model.ThresholdsMode.ABSOLUTE).steps(steps)))
+        if decimals is not None:
+            panel.decimals(decimals)
+        if min_ is not None:
+            panel.min(min_)
+        if max_ is not None:
+            panel.max(max_)
+        opts = options or {}
+        reduce = common.ReduceDataOptions().calcs(["lastNotNull"]).values(False).fields("")
+        if kind == "timeseries":
+            panel.draw_style(common_model.GraphDrawStyle.LINE).line_width(1).fill_opacity(10) \
+                .show_points(common_model.VisibilityMode.NEVER).span_nulls(False) \
+                .color_scheme(dashboard.FieldColor().mode(model.FieldColorModeId.PALETTE_CLASSIC)) \
+                .legend(common.VizLegendOptions().display_mode(common_model.LegendDisplayMode.LIST)
+                        .placement(common_model.LegendPlacement.BOTTOM).show_legend(True)) \
+                .tooltip(common.VizTooltipOptions().mode(common_model.TooltipDisplayMode.MULTI)
+                         .sort(common_model.SortOrder.DESCENDING))
+        elif kind == "stat":
+            panel.color_scheme(dashboard.FieldColor().mode(model.FieldColorModeId.THRESHOLDS)).reduce_options(reduce) \
+                .color_mode(common_model.BigValueColorMode.VALUE) \
+                .graph_mode(common_model.BigValueGraphMode(opts.get("graphMode", "area"))) \
+                .justify_mode(common_model.BigValueJustifyMode.AUTO) \
+                .text_mode(common_model.BigValueTextMode(opts.get("textMode", "auto"))) \
+                .orientation(common_model.VizOrientation.AUTO)
+        else:  # bargauge
+            panel.color_scheme(dashboard.FieldColor().mode(model.FieldColorModeId.THRESHOLDS)).reduce_options(reduce) \
+                .display_mode(common_model.BarGaugeDisplayMode.BASIC) \
+                .orientation(common_model.VizOrientation.HORIZONTAL).show_unfilled(True)
+        for i, (expr, legend) in enumerate(targets):
+            panel.with_target(prometheus.Dataquery().ref_id(chr(ord("A") + i)).datasource(DS).expr(expr)
+                              .legend_format(legend).range().editor_mode(prometheus_model.QueryEditorMode.CODE))
+        self.items.append(("panel", panel))
 
 
-def _datasource_var() -> dict[str, Any]:
-    return {"name": "datasource", "label": "Data source", "type": "datasource", "query": "prometheus",
-            "current": {}, "hide": 0, "includeAll": False, "multi": False, "options": [], "refresh": 1,
-            "regex": "", "skipUrlSync": False}
+def _datasource_var() -> Any:
+    return dashboard.DatasourceVariable("datasource").label("Data source").type("prometheus")
 
 
-def _query_var(name: str, label: str, query: str, *, all_value: str | None = ".*") -> dict[str, Any]:
+def _query_var(name: str, label: str, query: str, *, all_value: str | None = ".*") -> Any:
     """A label_values() variable with an "All" option; all_value None: "All" means the listed values."""
-    return {"name": name, "label": label, "type": "query", "datasource": dict(DS),
-            "definition": query, "query": {"query": query, "refId": f"{name}-var"},
-            "current": {}, "hide": 0, "includeAll": True, "allValue": all_value,
-            "multi": False, "options": [], "refresh": 2, "regex": "", "sort": 1, "skipUrlSync": False}
+    var = (dashboard.QueryVariable(name).label(label).datasource(DS).query(query)
+           .refresh(model.VariableRefresh.ON_TIME_RANGE_CHANGED).sort(model.VariableSort.ALPHABETICAL_ASC)
+           .include_all(True))
+    if all_value is not None:
+        var.all_value(all_value)
+    return var
 
 
-def _dashboard(uid: str, title: str, description: str, tags: list[str], variables: list[dict[str, Any]],
+def _dashboard(uid: str, title: str, description: str, tags: list[str], variables: list[Any],
                board: Board) -> dict[str, Any]:
-    return {
-        "uid": uid, "title": title, "description": description, "tags": tags,
-        "editable": True, "graphTooltip": 1, "fiscalYearStartMonth": 0, "liveNow": False,
-        "schemaVersion": SCHEMA_VERSION, "version": 1, "timezone": "browser",
-        "time": {"from": "now-1h", "to": "now"}, "refresh": "30s",
-        "timepicker": {"refresh_intervals": ["10s", "30s", "1m", "5m", "15m"]},
-        "annotations": {"list": [{"builtIn": 1, "datasource": {"type": "grafana", "uid": "-- Grafana --"},
-                                  "enable": True, "hide": True, "iconColor": "rgba(0, 211, 255, 1)",
-                                  "name": "Annotations & Alerts", "type": "dashboard"}]},
-        "links": [], "templating": {"list": variables}, "panels": board.panels,
-    }
+    builder = (dashboard.Dashboard(title).uid(uid).description(description).tags(tags).editable()
+               .tooltip(model.DashboardCursorSync.CROSSHAIR).timezone("browser").time("now-1h", "now")
+               .refresh("30s").timepicker(dashboard.TimePicker().refresh_intervals(["10s", "30s", "1m", "5m", "15m"]))
+               .variables(variables))
+    for kind, item in board.items:
+        if kind == "row":
+            builder.with_row(item)
+        else:
+            builder.with_panel(item)
+    return json.loads(JSONEncoder(sort_keys=True).encode(builder.build()))
 
 
 def training() -> dict[str, Any]:
@@ -329,8 +322,8 @@ def operator() -> dict[str, Any]:
 DASHBOARDS = {"dpjob-training.json": training, "dpjob-operator.json": operator}
 
 
-def render(build) -> str:
-    return json.dumps(build(), indent=2, sort_keys=False) + "\n"
+def render(build: Callable[[], dict[str, Any]]) -> str:
+    return json.dumps(build(), indent=2, sort_keys=True) + "\n"
 
 
 def main(argv: list[str] | None = None) -> int:
