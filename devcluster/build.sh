@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Build (or reuse) the dev cluster's binaries from Go modules: the control plane and a real node
 # (kube-apiserver, controller-manager, scheduler, kubelet, kube-proxy, kubectl), etcd, kwok, helm,
-# CoreDNS and Prometheus 3.
+# CoreDNS, Prometheus 3 and the Prometheus Operator.
 #
 # Why from Go modules: this project's machines have no Docker engine and cannot download
 # release binaries, but they do reach the Go module proxy. Everything lands in
@@ -18,6 +18,7 @@ HELM_VERSION=${HELM_VERSION:-3.21.4}
 COREDNS_VERSION=${COREDNS_VERSION:-1.15.0}
 # Prometheus 3.x is published as the Go module version v0.3<minor>.<patch>.
 PROMETHEUS_MODULE_VERSION=${PROMETHEUS_MODULE_VERSION:-0.316.0}
+PROMETHEUS_OPERATOR_VERSION=${PROMETHEUS_OPERATOR_VERSION:-0.85.0}
 
 CACHE_ROOT=${DPJOB_CACHE:-$HOME/.cache/dpjob}
 KEY="k8s-${K8S_VERSION}_etcd-${ETCD_VERSION}_kwok-${KWOK_VERSION}_helm-${HELM_VERSION}"
@@ -143,18 +144,39 @@ build_prometheus() {
     -o "$out/prometheus" github.com/prometheus/prometheus/cmd/prometheus
 }
 
-link_tool() {  # tools of their own version live outside the k8s-keyed bin directory
-  ln -sfn "$TOOLS/$1/$2" "$BIN/$2"
+build_prometheus_operator() {
+  # The Prometheus Operator (kube-prometheus-stack's core) and its config reloader, plus its CRDs,
+  # which ship in the module. Its go.mod replaces two sub-modules with local paths; the wrapper
+  # module takes their published versions instead.
+  local v=$PROMETHEUS_OPERATOR_VERSION m=github.com/prometheus-operator/prometheus-operator
+  local dir="$WORK/prometheus-operator-$v" out="$TOOLS/prometheus-operator-$v"
+  mkdir -p "$dir" "$out"; cd "$dir"
+  [ -f go.mod ] || go mod init local/promopbuild
+  grep -q "$m " go.mod || go get -tool "$m/cmd/operator@v$v" "$m/cmd/prometheus-config-reloader@v$v"
+  go build -mod=mod -p 2 -ldflags "-s -w -X github.com/prometheus/common/version.Version=$v" \
+    -o "$out/" "$m/cmd/operator" "$m/cmd/prometheus-config-reloader"
+  local src
+  src=$(go mod download -json "$m@v$v" | python3 -c 'import json,sys;print(json.load(sys.stdin)["Dir"])')
+  rm -rf "$out/crds" "$out/rbac"
+  cp -r "$src/example/prometheus-operator-crd" "$out/crds"
+  cp -r "$src/example/rbac" "$out/rbac"  # the upstream Deployment, ServiceAccounts and RBAC
+  chmod -R u+w "$out/crds" "$out/rbac"
+}
+
+link_tool() {  # tools of their own version live outside the k8s-keyed bin directory: DIR BINARY [LINK]
+  ln -sfn "$TOOLS/$1/$2" "$BIN/${3:-$2}"
 }
 
 start=$(date +%s)
 todo=()
 have etcd || todo+=("etcd 2 build_etcd")
-have kwok || todo+=("kwok 2 build_kwok")
+have kwok || todo+=("kwok 4 build_kwok")
 have helm || todo+=("helm 3 build_helm")
-[ -x "$TOOLS/coredns-$COREDNS_VERSION/coredns" ] || todo+=("coredns 4 build_coredns")
-[ -x "$TOOLS/prometheus-$PROMETHEUS_MODULE_VERSION/prometheus" ] || todo+=("prometheus 8 build_prometheus")
-[ -z "$(k8s_missing)" ] || todo+=("kubernetes 15 build_k8s")
+[ -x "$TOOLS/coredns-$COREDNS_VERSION/coredns" ] || todo+=("coredns 3 build_coredns")
+[ -x "$TOOLS/prometheus-$PROMETHEUS_MODULE_VERSION/prometheus" ] || todo+=("prometheus 4 build_prometheus")
+[ -d "$TOOLS/prometheus-operator-$PROMETHEUS_OPERATOR_VERSION/rbac" ] || \
+  todo+=("prometheus-operator 6 build_prometheus_operator")
+[ -z "$(k8s_missing)" ] || todo+=("kubernetes 8 build_k8s")
 STEPS_TOTAL=${#todo[@]}
 [ $STEPS_TOTAL -eq 0 ] || log "building $STEPS_TOTAL component(s) from Go modules into $CACHE_ROOT (first run only)"
 for t in "${todo[@]}"; do
@@ -163,6 +185,8 @@ for t in "${todo[@]}"; do
 done
 link_tool "coredns-$COREDNS_VERSION" coredns
 link_tool "prometheus-$PROMETHEUS_MODULE_VERSION" prometheus
+link_tool "prometheus-operator-$PROMETHEUS_OPERATOR_VERSION" operator prometheus-operator
+link_tool "prometheus-operator-$PROMETHEUS_OPERATOR_VERSION" prometheus-config-reloader
 [ -d "$CACHE_ROOT/$KEY/kwok-stage/pod" ] || stage_dir >>"$BUILD_LOGS/build-kwok.log" 2>&1
 [ $STEPS_TOTAL -eq 0 ] || log "binaries ready in $(( $(date +%s) - start ))s: $BIN"
 echo "$BIN"

@@ -196,17 +196,9 @@ def make_pki(adv: str) -> None:
     pki.mkdir(parents=True, exist_ok=True)
     openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "3650", "-subj", "/CN=dpjob-devcluster-ca",
             "-keyout", str(pki / "ca.key"), "-out", str(pki / "ca.crt"))
-    sans = ",".join([
+    issue_cert(pki, "apiserver", "/CN=kube-apiserver", "serverAuth", [
         "IP:127.0.0.1", f"IP:{adv}", "IP:10.96.0.1", "DNS:localhost", "DNS:kubernetes",
-        "DNS:kubernetes.default", "DNS:kubernetes.default.svc", "DNS:kubernetes.default.svc.cluster.local",
-    ])
-    ext = pki / "apiserver.ext"
-    ext.write_text(f"subjectAltName={sans}\nextendedKeyUsage=serverAuth\nkeyUsage=digitalSignature,keyEncipherment\n")
-    openssl("req", "-newkey", "rsa:2048", "-nodes", "-subj", "/CN=kube-apiserver",
-            "-keyout", str(pki / "apiserver.key"), "-out", str(pki / "apiserver.csr"))
-    openssl("x509", "-req", "-in", str(pki / "apiserver.csr"), "-CA", str(pki / "ca.crt"), "-CAkey",
-            str(pki / "ca.key"), "-CAcreateserial", "-days", "3650", "-extfile", str(ext),
-            "-out", str(pki / "apiserver.crt"))
+        "DNS:kubernetes.default", "DNS:kubernetes.default.svc", "DNS:kubernetes.default.svc.cluster.local"])
     openssl("genrsa", "-out", str(pki / "sa.key"), "2048")
     openssl("rsa", "-in", str(pki / "sa.key"), "-pubout", "-out", str(pki / "sa.pub"))
     # The API server's client certificate for kubelets (logs, exec, port-forward).
@@ -492,11 +484,13 @@ leaderElection: {{leaderElect: false}}
         "kube-controller-manager")
     wait_until("kwok nodes Ready", lambda: all_nodes_ready(len(nodes)), 60, "kwok")
     ensure_device_plugin(python)
-    for node in NODES:
-        start_real_node(bin_dir, node, adv)
     if NODES:
+        subprocess.run(["bash", str(REPO / "devcluster" / "sysdeps.sh"), "node"], check=True)
+        images = built_images()
+        for node in NODES:
+            start_real_node(bin_dir, node, adv, images)
         start_kube_proxy(bin_dir, NODES[0])
-        install_coredns()
+        install_coredns(images["coredns"].ref)
     log(f"cluster up in {time.monotonic() - t0:.1f}s: {len(nodes)} kwok nodes, {len(NODES)} real node(s); "
         f"export KUBECONFIG={KUBECONFIG} PATH={BIN}:$PATH")
 
@@ -513,11 +507,9 @@ def built_images(names: tuple[str, ...] = ("pause", "coredns", "operator", "trai
     return realnode.parse_image_lines(out.stdout)
 
 
-def start_real_node(bin_dir: Path, node: realnode.RealNode, adv: str) -> None:
+def start_real_node(bin_dir: Path, node: realnode.RealNode, adv: str, images: dict) -> None:
     """containerd + kubelet for one node; its pods get CNI addresses in ``node.subnet``."""
     t0 = time.monotonic()
-    subprocess.run(["bash", str(REPO / "devcluster" / "sysdeps.sh"), "node"], check=True)
-    images = built_images()
     realnode.wipe(node)  # whatever a killed run left: containers, mounts, the bridge
     for sub in ("containerd", "cni", "pki", "kubelet"):
         (node.state / sub).mkdir(parents=True, exist_ok=True)
@@ -558,10 +550,8 @@ def start_kube_proxy(bin_dir: Path, node: realnode.RealNode) -> None:
                                                                      timeout=1).status == 200, 60, "kube-proxy")
 
 
-def install_coredns() -> None:
-    images = built_images(("coredns",))
-    selector = {"dpjob.io/pool": realnode.POOL}
-    docs = realnode.coredns_manifests(images["coredns"].ref, selector)
+def install_coredns(image: str) -> None:
+    docs = realnode.coredns_manifests(image, {"dpjob.io/pool": realnode.POOL})
     kubectl("apply", "--server-side", "--force-conflicts", "-f", "-",
             stdin=json.dumps({"apiVersion": "v1", "kind": "List", "items": docs}))
     out = kubectl("-n", "kube-system", "rollout", "status", "deployment/coredns", "--timeout=120s", check=False)

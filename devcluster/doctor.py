@@ -82,7 +82,8 @@ def main() -> int:
                 f"make dev/test install it (bash devcluster/sysdeps.sh {group})")
 
     versions = {v: script_var("build.sh", v) for v in ("K8S_VERSION", "ETCD_VERSION", "KWOK_VERSION", "HELM_VERSION",
-                                                       "COREDNS_VERSION", "PROMETHEUS_MODULE_VERSION")}
+                                                       "COREDNS_VERSION", "PROMETHEUS_MODULE_VERSION",
+                                                       "PROMETHEUS_OPERATOR_VERSION")}
     key = (f"k8s-{versions['K8S_VERSION']}_etcd-{versions['ETCD_VERSION']}_kwok-{versions['KWOK_VERSION']}"
            f"_helm-{versions['HELM_VERSION']}")
     bin_dir = CACHE / key / "bin"
@@ -90,9 +91,11 @@ def main() -> int:
                    "kubectl", "kwok", "helm"):
         path = bin_dir / binary
         add(path.exists(), f"built:{binary}", str(path) if path.exists() else "not built",
-            "bash devcluster/build.sh (cold: ~20 min on 2 cores)")
-    for tool, version in (("coredns", versions["COREDNS_VERSION"]), ("prometheus", versions["PROMETHEUS_MODULE_VERSION"])):
-        path = CACHE / "tools" / f"{tool}-{version}" / tool
+            "bash devcluster/build.sh (cold: ~25 min on 2 cores)")
+    for tool, binary, version in (("coredns", "coredns", versions["COREDNS_VERSION"]),
+                                  ("prometheus", "prometheus", versions["PROMETHEUS_MODULE_VERSION"]),
+                                  ("prometheus-operator", "operator", versions["PROMETHEUS_OPERATOR_VERSION"])):
+        path = CACHE / "tools" / f"{tool}-{version}" / binary
         add(path.exists(), f"built:{tool}", f"{version} {path}" if path.exists() else "not built",
             "bash devcluster/build.sh")
 
@@ -101,9 +104,11 @@ def main() -> int:
     add((venv / ".complete").exists(), "venv", str(venv) if venv.exists() else "not created",
         "bash devcluster/venv.sh (downloads torch: a few minutes)")
 
-    for image in ("pause", "coredns", "operator", "trainer"):
+    for image in ("pause", "coredns", "operator", "trainer", "prometheus", "prometheus-config-reloader",
+                  "prometheus-operator"):
         archives = [Path(p) for p in glob.glob(str(CACHE / "images" / f"{image}-*.tar"))
-                    if Path(p + ".complete").exists()]
+                    if re.fullmatch(rf"{re.escape(image)}-[0-9a-f]{{12}}\.tar", Path(p).name)
+                    and Path(p + ".complete").exists()]
         detail = ", ".join(f"{a.name} ({a.stat().st_size / 2**20:.0f} MiB)" for a in archives) or "not built"
         add(bool(archives), f"image:{image}", detail, "bash devcluster/images.sh " + image)
 

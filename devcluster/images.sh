@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Build (or reuse) the OCI images the dev cluster's real node runs, without a Docker daemon.
 #
-#   images.sh [NAME...]     NAME: base pause coredns operator trainer (default: all)
+#   images.sh [NAME...]     NAME: base pause coredns operator trainer prometheus
+#                                 prometheus-config-reloader prometheus-operator
+#                                 (default: pause coredns operator trainer)
 #
 # Why this way: these machines have no Docker engine and no registry, but they have Debian's
 # buildah and mmdebstrap. The project's own Dockerfiles build unchanged with
@@ -55,10 +57,20 @@ tidy_storage() {  # working containers of interrupted builds, superseded tags, a
   fi
 }
 
-hash_inputs() {  # hash_inputs STRING PATH... -> 12 hex chars over the string and every file's content
-  local extra=$1; shift
-  { echo "$extra"; find "$@" -type f ! -path '*/__pycache__/*' ! -name '*.pyc' -print0 | sort -z | xargs -0 sha256sum; } \
-    | sha256sum | cut -c1-12
+hash_inputs() {  # hash_inputs STRING PATH... -> 12 hex chars over the string and every input file
+  # Paths relative to the checkout, so every clone of the same commit (CI's included) gets the same
+  # key; only files git would commit (tracked, or new and not ignored: never __pycache__ or the
+  # editable install's *.egg-info).
+  local extra=$1 rel=(); shift
+  local p; for p in "$@"; do rel+=("${p#"$ROOT"/}"); done
+  { echo "$extra"
+    if git -C "$ROOT" rev-parse --git-dir >/dev/null 2>&1; then
+      (cd "$ROOT" && git ls-files -z --cached --others --exclude-standard -- "${rel[@]}" | sort -z \
+        | xargs -0 -r sha256sum)
+    else
+      (cd "$ROOT" && find "${rel[@]}" -type f ! -path '*/__pycache__/*' ! -name '*.pyc' ! -path '*.egg-info/*' \
+        -print0 | sort -z | xargs -0 sha256sum)
+    fi; } | sha256sum | cut -c1-12
 }
 
 have_archive() { [ -s "$1" ] && [ -f "$1.complete" ]; }
@@ -67,8 +79,10 @@ export_archive() {  # export_archive REF ARCHIVE: uncompressed, since containerd
   rm -f "$2" "$2.complete"
   "${BUILDAH[@]}" push --quiet --disable-compression "$1" "oci-archive:$2:$1" >/dev/null
   touch "$2.complete"
-  find "$IMAGES" -maxdepth 1 -name "$(basename "${2%-*}")-*.tar" ! -name "$(basename "$2")" -delete
-  find "$IMAGES" -maxdepth 1 -name "$(basename "${2%-*}")-*.tar.complete" ! -name "$(basename "$2").complete" -delete
+  # Superseded archives of this image only ("prometheus-*" must not match prometheus-config-reloader's).
+  local base=${2##*/}; base=${base%-*}
+  find "$IMAGES" -maxdepth 1 -regextype posix-extended -regex ".*/$base-[0-9a-f]{12}\.tar(\.complete)?" \
+    ! -name "$(basename "$2")" ! -name "$(basename "$2").complete" -delete
 }
 
 run_logged() {  # run_logged WHAT LOGFILE CMD...: quiet on success, the log's tail and one line on failure
@@ -168,17 +182,17 @@ image_trainer() {
 }
 
 # ------------------------------------------------------------------- single static binaries
-build_binary_image() {  # NAME REF BINARY ENTRYPOINT-JSON
-  local name=$1 ref=$2 binary=$3 entrypoint=$4
+build_binary_image() {  # NAME REF BINARY [DEST]: one static binary at DEST (default /NAME-of-binary)
+  local name=$1 ref=$2 binary=$3 dest=${4:-/$(basename "$3")}
   local key archive
-  key=$(sha256sum "$binary" | cut -c1-12)
+  key=$({ sha256sum "$binary"; echo "$dest"; } | sha256sum | cut -c1-12)
   archive="$IMAGES/$name-$key.tar"
   if ! have_archive "$archive"; then
     log "$name: image from $(basename "$binary")"
     local c
     c=$("${BUILDAH[@]}" from --quiet scratch)
-    "${BUILDAH[@]}" copy --quiet "$c" "$binary" "/$(basename "$binary")" >/dev/null
-    "${BUILDAH[@]}" config --entrypoint "$entrypoint" --user 65535:65535 "$c"
+    "${BUILDAH[@]}" copy --quiet "$c" "$binary" "$dest" >/dev/null
+    "${BUILDAH[@]}" config --entrypoint "[\"$dest\"]" --user 65534:65534 "$c"
     "${BUILDAH[@]}" commit --quiet "$c" "$ref" >/dev/null
     "${BUILDAH[@]}" rm "$c" >/dev/null
     export_archive "$ref" "$archive"
@@ -196,25 +210,33 @@ image_pause() {
     mkdir -p "$(dirname "$out")"
     run_logged "compiling pause.c" "$LOGS/image-pause.log" gcc -Os -static -DVERSION="$PAUSE_VERSION" -o "$out" "$src"
   fi
-  build_binary_image pause "registry.k8s.io/pause:$PAUSE_VERSION" "$out" '["/pause"]'
+  build_binary_image pause "registry.k8s.io/pause:$PAUSE_VERSION" "$out"
 }
 
-image_coredns() {
-  local bin_dir binary
+image_from_tool() {  # NAME LINK [DEST]: a single-binary image of a tool build.sh made, tagged by its version
+  local name=$1 bin_dir binary version
   bin_dir=$(bash "$ROOT/devcluster/build.sh" | tail -1)
-  binary=$(readlink -f "$bin_dir/coredns")
-  [ -x "$binary" ] || die "coredns binary missing in $bin_dir: run bash devcluster/build.sh"
-  local version
-  version=$(basename "$(dirname "$binary")"); version=${version#coredns-}
-  build_binary_image coredns "localhost/dpjob/coredns:$version" "$binary" '["/coredns"]'
+  binary=$(readlink -f "$bin_dir/$2")
+  [ -x "$binary" ] || die "$2 binary missing in $bin_dir: run bash devcluster/build.sh"
+  version=$(basename "$(dirname "$binary")"); version=${version##*-}
+  build_binary_image "$name" "localhost/dpjob/$name:$version" "$binary" "${3:-}"
 }
+
+# Where the upstream images keep them: the Prometheus Operator runs /bin/prometheus-config-reloader
+# by path, and its StatefulSet relies on the Prometheus image's entrypoint.
+image_prometheus() { image_from_tool prometheus prometheus /bin/prometheus; }
+image_prometheus-config-reloader() {
+  image_from_tool prometheus-config-reloader prometheus-config-reloader /bin/prometheus-config-reloader; }
+image_prometheus-operator() { image_from_tool prometheus-operator prometheus-operator /bin/operator; }
+
+image_coredns() { image_from_tool coredns coredns; }
 
 names=("$@")
 [ ${#names[@]} -gt 0 ] || names=(pause coredns operator trainer)
 for n in "${names[@]}"; do
   case $n in
     base) ensure_base ;;
-    pause|coredns|operator|trainer) "image_$n" ;;
-    *) die "unknown image '$n' (known: base pause coredns operator trainer)" ;;
+    pause|coredns|operator|trainer|prometheus|prometheus-config-reloader|prometheus-operator) "image_$n" ;;
+    *) die "unknown image '$n' (known: base pause coredns operator trainer prometheus prometheus-config-reloader prometheus-operator)" ;;
   esac
 done

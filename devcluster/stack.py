@@ -78,10 +78,7 @@ def install_operator(extra_values: dict | None = None, timeout: str = "180s") ->
     Returns the image reference. The chart is installed exactly as a user would install it: its
     ServiceAccount, RBAC, security context and probes are all in play.
     """
-    built = cluster.built_images(("operator",))
-    for node in cluster.NODES:
-        realnode.import_images(node, list(built.values()), cluster.log, realnode.aliases(REPO))
-    image = built["operator"].ref
+    image = node_images("operator")["operator"]
     values = RUN / "operator-values.json"
     values.write_text(json.dumps(operator_values(image, extra_values), indent=2))
     helm = subprocess.run([str(STATE / "bin" / "helm"), "--kubeconfig", str(KUBECONFIG), "upgrade", "--install",
@@ -238,9 +235,21 @@ def run_on_real_node(job: dict) -> dict:
     return job
 
 
+def node_images(*names: str) -> dict[str, str]:
+    """Build (or reuse) these images and make sure every real node has them: name -> reference.
+
+    An image is only usable once the node's containerd has it (pods never pull), so building and
+    importing are one step: a changed input between two tests must not leave a pod in ErrImagePull.
+    """
+    built = cluster.built_images(names)
+    for node in cluster.NODES:
+        realnode.import_images(node, list(built.values()), cluster.log, realnode.aliases(REPO))
+    return {name: image.ref for name, image in built.items()}
+
+
 def trainer_image() -> str:
-    """The trainer image built from trainer-image/Dockerfile (imported into the node's containerd)."""
-    return cluster.built_images(("trainer",))["trainer"].ref
+    """The trainer image built from trainer-image/Dockerfile, present on the real node(s)."""
+    return node_images("trainer")["trainer"]
 
 
 def with_trainer_image(job: dict) -> dict:

@@ -3,25 +3,14 @@
 from __future__ import annotations
 
 import argparse
-import getpass
 import logging
-import os
 import sys
 
 import kopf
 
 from dpjob_operator import handlers
 from dpjob_operator.config import load_config
-
-
-def ensure_login_name() -> None:
-    """kopf names its peering identity after ``getpass.getuser()``, which raises for a uid with no
-    passwd entry: the chart's uid 65532 in a slim image, or the random uid OpenShift assigns. The
-    operator crash-looped at start for exactly that. getuser() reads $USER first, so set it."""
-    try:
-        getpass.getuser()
-    except (KeyError, OSError):
-        os.environ["USER"] = f"uid-{os.getuid()}"
+from dpjob_operator.identity import ensure_login_name
 
 
 def main(argv: list[str] | None = None) -> int:

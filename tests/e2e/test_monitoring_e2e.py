@@ -1,0 +1,48 @@
+"""The chart's ServiceMonitor and PodMonitor made real by the Prometheus Operator: a user of
+kube-prometheus-stack sets ``serviceMonitor.enabled``, ``podMonitor.enabled`` and the ``release``
+label, and the operator's Prometheus (a StatefulSet on the real node) scrapes the operator pod and
+the rank containers with the labels the dashboards filter on."""
+
+from __future__ import annotations
+
+import pytest
+
+from devcluster import monitoring
+from devcluster import prometheus as promsupport
+from devcluster import stack
+from tests import dpj
+from tests.e2e.test_training_e2e import trainer_job
+from tests.helpers import wait_for
+
+pytestmark = pytest.mark.e2e
+
+MONITORS = {"enabled": True, "additionalLabels": monitoring.RELEASE_LABEL, "interval": "2s", "scrapeTimeout": "2s"}
+
+
+@pytest.fixture()
+def monitored_operator(operator_pod):
+    url = monitoring.install()
+    stack.install_operator(extra_values={"serviceMonitor": dict(MONITORS), "podMonitor": dict(MONITORS)})
+    yield url
+    stack.install_operator()  # the release as the other tests know it: no monitors
+
+
+def test_the_prometheus_operator_scrapes_the_operator_and_the_ranks_through_the_charts_monitors(
+        api, namespace, monitored_operator):
+    url = monitored_operator
+    name = "watched"
+    dpj.create(api, namespace, trainer_job(name, ["--task", "mlp", "--steps", "300", "--metrics-linger", "20"]))
+
+    series = wait_for("both ranks' series in the operator's Prometheus", lambda: (lambda r: r if len(r) == 2 else None)(
+        promsupport.query(url, f'max_over_time(dpjob_trainer_steps_total{{namespace="{namespace}"}}[5m])')),
+        timeout=120, interval=1)
+    assert {(s["metric"]["dpjob_job"], s["metric"]["dpjob_rank"]) for s in series} == {(name, "0"), (name, "1")}
+    assert {s["metric"]["pod"] for s in series} == {f"{name}-rank-0", f"{name}-rank-1"}
+
+    pools = {t["scrapePool"] for t in promsupport.targets(url)}
+    assert f"podMonitor/{stack.OPERATOR_NAMESPACE}/{stack.OPERATOR_DEPLOYMENT}-trainers/0" in pools, pools
+    assert f"serviceMonitor/{stack.OPERATOR_NAMESPACE}/{stack.OPERATOR_DEPLOYMENT}/0" in pools, pools
+    operator_series = wait_for("the operator's own metrics", lambda: promsupport.query(
+        url, f'dpjob_jobs{{namespace="{stack.OPERATOR_NAMESPACE}"}}'), timeout=60, interval=1)
+    assert {s["metric"]["job"] for s in operator_series}, operator_series
+    dpj.wait_phase(api, namespace, name, "Succeeded", timeout=180)
