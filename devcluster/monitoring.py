@@ -121,7 +121,10 @@ def install() -> str:
     images = stack.node_images(*IMAGES)
     cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(upstream / "crds"))
     for crd in ("prometheuses", "servicemonitors", "podmonitors"):
-        cluster.kubectl("wait", "--for=condition=Established", f"crd/{crd}.monitoring.coreos.com", "--timeout=60s")
+        # A poll, not `kubectl wait`: that errors out when it reads the CRD a moment too early.
+        _wait(f"CRD {crd}.monitoring.coreos.com Established", lambda crd=crd: cluster.kubectl(
+            "get", "crd", f"{crd}.monitoring.coreos.com", "-o",
+            "jsonpath={.status.conditions[?(@.type=='Established')].status}", check=False).stdout == "True", 60)
     _apply([{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}}])
     _apply(operator_manifests(upstream, images))
     out = cluster.kubectl("-n", NAMESPACE, "rollout", "status", "deployment/prometheus-operator", "--timeout=120s",
