@@ -241,6 +241,11 @@ def query_range(url: str, promql: str, start: float, end: float, step: str = "1s
     return data["result"]
 
 
+def config(url: str, timeout: float = 10.0) -> str:
+    """The configuration Prometheus has loaded (YAML text), e.g. to see which scrape jobs it runs."""
+    return _get(url, "/api/v1/status/config", {}, timeout)["yaml"]
+
+
 def targets(url: str, timeout: float = 10.0) -> list[dict]:
     """Active scrape targets ({labels, health, lastError, scrapeUrl, ...})."""
     return _get(url, "/api/v1/targets", {"state": "active"}, timeout)["activeTargets"]

@@ -19,10 +19,26 @@ pytestmark = pytest.mark.e2e
 MONITORS = {"enabled": True, "additionalLabels": monitoring.RELEASE_LABEL, "interval": "2s", "scrapeTimeout": "2s"}
 
 
+SERVICE_POOL = f"serviceMonitor/{stack.OPERATOR_NAMESPACE}/{stack.OPERATOR_DEPLOYMENT}/0"
+POD_POOL = f"podMonitor/{stack.OPERATOR_NAMESPACE}/{stack.OPERATOR_DEPLOYMENT}-trainers/0"
+
+
+def _loaded_scrape_jobs(url: str) -> str:
+    try:
+        return promsupport.config(url)
+    except (OSError, ValueError):
+        return ""
+
+
 @pytest.fixture()
 def monitored_operator(operator_pod):
     url = monitoring.install()
     stack.install_operator(extra_values={"serviceMonitor": dict(MONITORS), "podMonitor": dict(MONITORS)})
+    # The Prometheus Operator writes the new scrape config into a Secret; the kubelet brings a
+    # changed Secret volume to the pod on its periodic sync (about a minute), then the reloader
+    # reloads Prometheus. Start the job only once both monitors are loaded.
+    wait_for("Prometheus to load the chart's monitors", lambda: all(
+        pool in _loaded_scrape_jobs(url) for pool in (SERVICE_POOL, POD_POOL)), timeout=240, interval=2)
     yield url
     stack.install_operator()  # the release as the other tests know it: no monitors
 
@@ -40,8 +56,7 @@ def test_the_prometheus_operator_scrapes_the_operator_and_the_ranks_through_the_
     assert {s["metric"]["pod"] for s in series} == {f"{name}-rank-0", f"{name}-rank-1"}
 
     pools = {t["scrapePool"] for t in promsupport.targets(url)}
-    assert f"podMonitor/{stack.OPERATOR_NAMESPACE}/{stack.OPERATOR_DEPLOYMENT}-trainers/0" in pools, pools
-    assert f"serviceMonitor/{stack.OPERATOR_NAMESPACE}/{stack.OPERATOR_DEPLOYMENT}/0" in pools, pools
+    assert {POD_POOL, SERVICE_POOL} <= pools, pools
     operator_series = wait_for("the operator's own metrics", lambda: promsupport.query(
         url, f'dpjob_jobs{{namespace="{stack.OPERATOR_NAMESPACE}"}}'), timeout=60, interval=1)
     assert {s["metric"]["job"] for s in operator_series}, operator_series
