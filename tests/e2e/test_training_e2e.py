@@ -137,8 +137,15 @@ PROBE = """
 import json, os, socket, time
 master = os.environ["MASTER_ADDR"]
 hosts = open("/etc/hosts").read()
+# Like a trainer's rendezvous, retry: rank 0's record appears once its pod has an IP.
+for attempt in range(120):
+    try:
+        ip = socket.gethostbyname(master)
+        break
+    except OSError:
+        time.sleep(0.5)
 print(json.dumps({"event": "probe", "rank": int(os.environ["RANK"]), "master": master,
-                  "ip": socket.gethostbyname(master),
+                  "ip": ip, "attempts": attempt + 1,
                   "in_hosts_file": master in hosts, "uid": os.getuid()}), flush=True)
 from http.server import HTTPServer, BaseHTTPRequestHandler
 class H(BaseHTTPRequestHandler):
@@ -156,7 +163,7 @@ def test_ranks_resolve_each_other_through_cluster_dns_and_kubectl_exec_and_port_
     pods = {p.metadata.name: p for p in dpj.rank_pods(core, namespace, name)}
     rank0_ip = pods[f"{name}-rank-0"].status.pod_ip
     probes = wait_for("both ranks' DNS probes", lambda: (lambda found: found if len(found) == 2 else None)(
-        [e for r in (0, 1) for e in log_events(namespace, f"{name}-rank-{r}", "probe")]), timeout=60)
+        [e for r in (0, 1) for e in log_events(namespace, f"{name}-rank-{r}", "probe")]), timeout=120)
     fqdn = f"{name}-rank-0.{name}.{namespace}.svc.cluster.local"
     assert {p["master"] for p in probes} == {fqdn}
     assert all(p["ip"] == rank0_ip for p in probes), probes
