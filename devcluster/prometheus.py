@@ -148,20 +148,18 @@ def start_prometheus(port: int = 19090, operator_targets: Sequence[str] = ("127.
                      trainer_targets: Sequence[str] = (), *, job_name: str = "test-job",
                      namespace: str = "default", scrape_interval: str = "1s", workdir: str | Path | None = None,
                      trainer_labels: Sequence[Mapping[str, str]] | None = None,
-                     binary: str | None = None, config_text: str | None = None) -> subprocess.Popen:
+                     binary: str | None = None) -> subprocess.Popen:
     """Start Prometheus on 127.0.0.1:<port>; returns the process (``proc.pid``, ``proc.workdir``).
 
     Storage, config and log live in ``workdir`` (a fresh temp dir by default, removed by ``stop``).
-    ``config_text`` replaces the static-target config (e.g. :func:`render_cluster_config`).
     """
     binary = binary or prometheus_binary()
     own_dir = workdir is None
     wd = Path(workdir or tempfile.mkdtemp(prefix="dpjob-prom-"))
     wd.mkdir(parents=True, exist_ok=True)
     cfg = wd / "prometheus.yml"
-    cfg.write_text(config_text or render_config(operator_targets, trainer_targets, job_name=job_name,
-                                                namespace=namespace, scrape_interval=scrape_interval,
-                                                trainer_labels=trainer_labels))
+    cfg.write_text(render_config(operator_targets, trainer_targets, job_name=job_name, namespace=namespace,
+                                 scrape_interval=scrape_interval, trainer_labels=trainer_labels))
     log = open(wd / "prometheus.log", "wb")
     proc = subprocess.Popen(
         [binary, f"--config.file={cfg}", f"--storage.tsdb.path={wd / 'data'}",
