@@ -38,10 +38,14 @@ crds: cluster-up ## install the CRDs into the local cluster
 run: crds ## run the operator against the local cluster (foreground)
 	@venv=$(VENV); KUBECONFIG=$(KUBECONFIG_PATH) "$$venv/bin/python" -m dpjob_operator
 
+lint: ## ruff, import-layer contracts, mypy --strict, size limits (no cluster; `make test` runs it first)
+	@bash devcluster/lint.sh
+
 test-unit: ## unit tests only (no cluster)
 	@venv=$(VENV); bash devcluster/pytest.sh "$$venv/bin/python" -m unit $(PYTEST_ARGS)
 
-test: cluster-up ## every test: unit, integration (real control plane) and end-to-end
+# lint comes before cluster-up so a lint failure is reported in seconds, before any cluster work.
+test: lint cluster-up ## lint, then every test: unit, integration (real control plane) and end-to-end
 	@venv=$(VENV); KUBECONFIG=$(KUBECONFIG_PATH) bash devcluster/pytest.sh "$$venv/bin/python" $(PYTEST_ARGS)
 
 dev: ## the main job: cluster with a real node, the operator installed with Helm, a real DDP job (see README)
@@ -51,6 +55,6 @@ bench: cluster-up ## benchmarks (ratios side by side; results in bench/results/)
 	@venv=$(VENV); for b in bench/bench_*.py; do KUBECONFIG=$(KUBECONFIG_PATH) "$$venv/bin/python" $$b; done
 
 clean: cluster-down ## remove local state (caches under ~/.cache/dpjob are kept)
-	@rm -rf .devcluster .pytest_cache
+	@rm -rf .devcluster .pytest_cache .mypy_cache .ruff_cache
 
-.PHONY: help venv binaries images doctor cluster-up cluster-down cluster-status crds run test-unit test dev bench clean
+.PHONY: help venv binaries images doctor cluster-up cluster-down cluster-status crds run lint test-unit test dev bench clean

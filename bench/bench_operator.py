@@ -25,7 +25,9 @@ sys.path.insert(0, str(REPO))
 
 from kubernetes import client, config  # noqa: E402
 
-from tests.conftest import DEVCLUSTER, KUBECONFIG, OperatorProcess, kubectl  # noqa: E402
+from tests.support.cluster import kubectl  # noqa: E402
+from tests.support.operator import OperatorProcess  # noqa: E402
+from tests.support.paths import DEVCLUSTER, KUBECONFIG  # noqa: E402
 
 BENCH_LABEL = "dpjob.io/bench-node"
 
@@ -138,7 +140,7 @@ def main() -> int:
         ns = f"bench-{int(time.time())}"
         core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=ns)))
         try:
-            rows = with_operator(env, lambda: [time_job(custom, core, ns, f"scale{n}", n) for n in sizes])
+            rows = with_operator(env, lambda ns=ns: [time_job(custom, core, ns, f"scale{n}", n) for n in sizes])
         finally:
             core.delete_namespace(ns)
         for row in rows:
@@ -160,7 +162,8 @@ def main() -> int:
         par = next(r for r in results["scale"] if r["replicas"] == n and r["mode"].startswith("parallel"))
         seq = next(r for r in results["scale"] if r["replicas"] == n and r["mode"].startswith("sequential"))
         if par["created_s"] and seq["created_s"]:
-            print(f"ratio sequential/parallel, {n} ranks, time to all created: {seq['created_s'] / par['created_s']:.2f}x")
+            ratio = seq["created_s"] / par["created_s"]
+            print(f"ratio sequential/parallel, {n} ranks, time to all created: {ratio:.2f}x")
         flat = next(r for r in results["scale"] if r["replicas"] == n and r["mode"].startswith("no-gang"))
         if par["running_s"] and flat["running_s"]:
             print(f"ratio gang/no-gang, {n} ranks, time to all Running: {par['running_s'] / flat['running_s']:.2f}x")

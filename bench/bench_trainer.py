@@ -32,7 +32,6 @@ import io
 import json
 import os
 import random
-import socket
 import statistics
 import subprocess
 import sys
@@ -42,24 +41,20 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "trainer-image"))
+sys.path.insert(0, str(ROOT))
 
 import torch  # noqa: E402
 
 from dpjob_trainer.env import parse_env  # noqa: E402
 from dpjob_trainer.metrics import NullMetrics, TrainerMetrics  # noqa: E402
 from dpjob_trainer.train import StopFlag, TrainConfig, Trainer  # noqa: E402
+from tests.support.ports import free_port  # noqa: E402
 
 WORKLOADS = [  # (name, task, per-rank batch)
     ("mlp-b32", "mlp", 32),
     ("mlp-b256", "mlp", 256),
     ("cnn-b32", "cnn", 32),
 ]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class ToggledMetrics(NullMetrics):
@@ -215,8 +210,9 @@ def main() -> int:
 
     cost = observe_step_cost_us()
     overhead = metrics_overhead(seconds, args.block, workloads, cost)
-    print(f"\nmetrics on vs off, same run, paired on/off blocks of {args.block} steps (world 1, {overhead[0]['device']}, "
-          f"{torch.get_num_threads()} thread(s)); observe_step costs {cost:.1f} us per step")
+    print(f"\nmetrics on vs off, same run, paired on/off blocks of {args.block} steps "
+          f"(world 1, {overhead[0]['device']}, {torch.get_num_threads()} thread(s)); "
+          f"observe_step costs {cost:.1f} us per step")
     print(f"{'workload':<10} {'steps':>6} {'ms/step off':>11} {'ms/step on':>11} {'samples/s off':>14} "
           f"{'wall ovh':>9} {'CPU ovh':>9} {'A/A wall':>9} {'A/A CPU':>9} {'predicted':>9}")
     for row in overhead:
@@ -233,7 +229,8 @@ def main() -> int:
         print(f"\n2 gloo ranks vs 1 process (mlp, global batch {ranks['global_batch']}, {ranks['steps']} steps, "
               f"{ranks['cores']} cores; report only)")
         print(f"{'1 process, 1 thread':<28} {ranks['single_1thread_samples_per_s']:>10.0f} samples/s")
-        print(f"{'1 process, ' + str(ranks['cores']) + ' threads':<28} {ranks['single_all_cores_samples_per_s']:>10.0f} samples/s")
+        all_cores = f"1 process, {ranks['cores']} threads"
+        print(f"{all_cores:<28} {ranks['single_all_cores_samples_per_s']:>10.0f} samples/s")
         print(f"{'2 gloo ranks, 1 thread each':<28} {ranks['two_gloo_ranks_samples_per_s']:>10.0f} samples/s  "
               f"(x{ranks['speedup_vs_1thread']:.2f} vs 1 thread)")
 

@@ -29,7 +29,7 @@ from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from ascend_sim import DEFAULT_RESOURCE, Annotator  # noqa: E402
+from ascend_sim import DEFAULT_RESOURCE, Annotator
 
 log = logging.getLogger("ascend-device-plugin")
 

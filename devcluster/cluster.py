@@ -32,6 +32,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from devcluster import realnode  # noqa: E402
+
 STATE = Path(os.environ.get("DPJOB_DEVCLUSTER_DIR", REPO / ".devcluster"))
 RUN, LOGS, PIDS, BIN = STATE / "run", STATE / "logs", STATE / "pids", STATE / "bin"
 KUBECONFIG = STATE / "kubeconfig"
@@ -54,7 +55,7 @@ NODE_COMPONENTS = tuple(c for n in NODES for c in (f"containerd-{n.index}", f"ku
     (("kube-proxy",) if NODES else ())
 # Components started in this order and stopped in reverse.
 # The last ones are started by devcluster/stack.py (make dev, e2e tests) and stopped here first.
-COMPONENTS = CONTROL_PLANE + ("ascend-device-plugin",) + NODE_COMPONENTS + ("operator", "prometheus")
+COMPONENTS = (*CONTROL_PLANE, "ascend-device-plugin", *NODE_COMPONENTS, "operator", "prometheus")
 
 
 @dataclass(frozen=True)
@@ -141,9 +142,9 @@ def alive(pid: int | None) -> bool:
 
 def start(component: str, argv: list[str], env: dict[str, str] | None = None) -> int:
     """Start one component in its own session (so it survives the caller) and record its pid."""
-    logf = open(LOGS / f"{component}.log", "ab")
-    proc = subprocess.Popen(argv, stdout=logf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                            start_new_session=True, env={**os.environ, **(env or {})})
+    with open(LOGS / f"{component}.log", "ab") as logf:  # the child keeps its own copy of the fd
+        proc = subprocess.Popen(argv, stdout=logf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                start_new_session=True, env={**os.environ, **(env or {})})
     (PIDS / f"{component}.pid").write_text(str(proc.pid))
     return proc.pid
 
@@ -361,7 +362,11 @@ spec:
         restartCount: 0
         started: false
         state:
-          terminated: {exitCode: {{ $code }}, reason: {{ $reason | Quote }}, finishedAt: {{ $now | Quote }}, startedAt: {{ $now | Quote }}}
+          terminated:
+            exitCode: {{ $code }}
+            reason: {{ $reason | Quote }}
+            finishedAt: {{ $now | Quote }}
+            startedAt: {{ $now | Quote }}
       {{ end }}
       phase: Failed
 """

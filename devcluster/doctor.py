@@ -74,7 +74,8 @@ def main() -> int:
     add(bool(go), "go", run("go", "version").replace("go version ", "") if go else "missing",
         "install Go >= 1.25 (the toolchain builds the cluster from Go modules)")
     add(True, "python3", sys.version.split()[0])
-    add(bool(shutil.which("gcc")), "gcc", run("gcc", "-dumpfullversion") or "missing", "apt-get install -y gcc libc6-dev")
+    add(bool(shutil.which("gcc")), "gcc", run("gcc", "-dumpfullversion") or "missing",
+        "apt-get install -y gcc libc6-dev")
     for group, pkgs in debian_groups().items():
         for pkg in pkgs:
             version = dpkg_version(pkg)

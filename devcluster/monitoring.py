@@ -69,8 +69,9 @@ def operator_manifests(upstream: Path, images: dict[str, str]) -> list[dict]:
                 container = pod["containers"][0]
                 container["image"] = images["prometheus-operator"]
                 container["imagePullPolicy"] = "IfNotPresent"
-                container["args"] = [a for a in container["args"] if not a.startswith("--prometheus-config-reloader=")] \
-                    + [f"--prometheus-config-reloader={images['prometheus-config-reloader']}"]
+                reloader = "--prometheus-config-reloader="
+                container["args"] = [a for a in container["args"] if not a.startswith(reloader)] \
+                    + [f"{reloader}{images['prometheus-config-reloader']}"]
             docs.append(doc)
     return docs
 

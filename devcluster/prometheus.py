@@ -40,8 +40,8 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Iterable, Mapping, Sequence
 
 REPO = Path(__file__).resolve().parent.parent
 DASHBOARD_DIR = REPO / "helm" / "dpjob-operator" / "dashboards"
@@ -160,13 +160,12 @@ def start_prometheus(port: int = 19090, operator_targets: Sequence[str] = ("127.
     cfg = wd / "prometheus.yml"
     cfg.write_text(render_config(operator_targets, trainer_targets, job_name=job_name, namespace=namespace,
                                  scrape_interval=scrape_interval, trainer_labels=trainer_labels))
-    log = open(wd / "prometheus.log", "wb")
-    proc = subprocess.Popen(
-        [binary, f"--config.file={cfg}", f"--storage.tsdb.path={wd / 'data'}",
-         f"--web.listen-address=127.0.0.1:{port}", "--storage.tsdb.retention.time=1d",
-         "--web.enable-lifecycle", "--log.level=warn"],
-        stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-    log.close()
+    with open(wd / "prometheus.log", "wb") as log:  # the child keeps its own copy of the fd
+        proc = subprocess.Popen(
+            [binary, f"--config.file={cfg}", f"--storage.tsdb.path={wd / 'data'}",
+             f"--web.listen-address=127.0.0.1:{port}", "--storage.tsdb.retention.time=1d",
+             "--web.enable-lifecycle", "--log.level=warn"],
+            stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     proc.url = f"http://127.0.0.1:{port}"  # type: ignore[attr-defined]
     proc.workdir = wd  # type: ignore[attr-defined]
     proc.own_workdir = own_dir  # type: ignore[attr-defined]
@@ -201,7 +200,7 @@ def stop(proc: subprocess.Popen, timeout: float = 10.0) -> None:
             proc.kill()
             proc.wait(timeout)
     if getattr(proc, "own_workdir", False):
-        shutil.rmtree(getattr(proc, "workdir"), ignore_errors=True)
+        shutil.rmtree(proc.workdir, ignore_errors=True)
 
 
 # ---- HTTP API ----------------------------------------------------------------------------------

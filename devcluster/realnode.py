@@ -24,6 +24,7 @@ project's virtual environment exists.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -333,10 +334,8 @@ def kill_containers(node: RealNode) -> None:
         except OSError:
             continue
         if b"containerd-shim" in cmd and str(node.state).encode() in cmd:
-            try:
+            with contextlib.suppress(OSError):
                 os.kill(int(proc.name), signal.SIGKILL)
-            except OSError:
-                pass
 
 
 def unmount_under(path: Path) -> None:
@@ -373,14 +372,10 @@ def remove_cgroups(node: RealNode) -> None:
         base = controller / node.cgroup_root.strip("/")
         if base.is_dir():
             for d in sorted((p for p in base.rglob("*") if p.is_dir()), key=lambda p: len(p.parts), reverse=True):
-                try:
+                with contextlib.suppress(OSError):
                     d.rmdir()
-                except OSError:
-                    pass
-            try:
+            with contextlib.suppress(OSError):
                 base.rmdir()
-            except OSError:
-                pass
 
 
 def wipe(node: RealNode) -> None:

@@ -1,30 +1,23 @@
 """Shared fixtures: the real local control plane, a namespace per test, and the operator process.
 
 Anything that talks to the Kubernetes API talks to the real kube-apiserver started by
-``devcluster/cluster.py``: there are no fake clients here.
+``devcluster/cluster.py``: there are no fake clients here. Helpers live in ``tests/support/``.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
-import time
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import pytest
 
-REPO = Path(__file__).resolve().parent.parent
-DEVCLUSTER = REPO / ".devcluster"
-KUBECONFIG = Path(os.environ.get("DPJOB_TEST_KUBECONFIG", DEVCLUSTER / "kubeconfig"))
-
-
-def _source_pythonpath() -> str:
-    from devcluster import stack
-
-    return stack.source_pythonpath()
+from tests.support.operator import OperatorProcess
+from tests.support.paths import DEVCLUSTER, KUBECONFIG, REPO
 
 
 def _cluster_ready() -> bool:
@@ -73,101 +66,14 @@ def namespace(core, request) -> Iterator[str]:
     name = f"t-{''.join(c for c in base if c.isalnum() or c == '-')[:40].strip('-')}-{uuid.uuid4().hex[:5]}"
     core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name, labels={"dpjob.io/test": "true"})))
     yield name
-    try:
+    with contextlib.suppress(Exception):  # best effort; the next run does not depend on it
         core.delete_namespace(name)
-    except Exception:  # noqa: BLE001 - best effort; the next run does not depend on it
-        pass
-
-
-def kubectl(*args: str, stdin: str | None = None, check: bool = True) -> subprocess.CompletedProcess:
-    """Run the cluster's own kubectl (built from the same Kubernetes release)."""
-    return subprocess.run([str(DEVCLUSTER / "bin" / "kubectl"), "--kubeconfig", str(KUBECONFIG), *args],
-                          input=stdin, capture_output=True, text=True, check=check)
-
-
-def wait_for(what: str, check, timeout: float = 30.0, interval: float = 0.25):
-    """Poll ``check`` until it returns a truthy value; fail with ``what`` and the last value seen."""
-    deadline = time.monotonic() + timeout
-    last = None
-    while time.monotonic() < deadline:
-        last = check()
-        if last:
-            return last
-        time.sleep(interval)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}; last value: {last!r}")
-
-
-class OperatorProcess:
-    """The operator as a real process (``python -m dpjob_operator``) against the local cluster."""
-
-    def __init__(self, kubeconfig: Path, log_path: Path, extra_env: dict[str, str] | None = None) -> None:
-        self.kubeconfig = kubeconfig
-        self.log_path = log_path
-        self.extra_env = extra_env or {}
-        self.proc: subprocess.Popen | None = None
-        self.metrics_port = _free_port()
-        self.health_port = _free_port()
-
-    def start(self) -> None:
-        env = {**os.environ, "KUBECONFIG": str(self.kubeconfig), "PYTHONUNBUFFERED": "1",
-               "DPJOB_METRICS_PORT": str(self.metrics_port), "DPJOB_HEALTH_PORT": str(self.health_port),
-               "DPJOB_RESYNC_SECONDS": "5", "PYTHONPATH": _source_pythonpath(), **self.extra_env}
-        logf = open(self.log_path, "ab")
-        self.proc = subprocess.Popen([sys.executable, "-m", "dpjob_operator"], env=env, stdout=logf,
-                                     stderr=subprocess.STDOUT, cwd=REPO, start_new_session=True,
-                                     preexec_fn=_die_with_parent)
-        wait_for("operator /healthz", self._healthy, timeout=60)
-
-    def _healthy(self) -> bool:
-        import urllib.request
-
-        if self.proc and self.proc.poll() is not None:
-            raise AssertionError(f"operator exited with {self.proc.returncode}; log: {self.log_path}\n"
-                                 + self.log_path.read_text(errors="replace")[-3000:])
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{self.health_port}/healthz", timeout=1) as r:
-                return r.status == 200
-        except OSError:
-            return False
-
-    def stop(self, sig: int = 15) -> None:
-        if self.proc and self.proc.poll() is None:
-            os.killpg(self.proc.pid, sig)
-            try:
-                self.proc.wait(20)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, 9)
-                self.proc.wait(5)
-
-    def restart(self) -> None:
-        self.stop()
-        self.start()
-
-    def metrics(self) -> str:
-        import urllib.request
-
-        with urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=5) as r:
-            return r.read().decode()
-
-
-def _die_with_parent() -> None:
-    """An operator left behind by a killed test run would race the next one: tie it to us."""
-    import ctypes
-    import signal
-
-    ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="session")
 def crds(cluster: Path) -> None:
+    from tests.support.cluster import kubectl
+
     kubectl("apply", "--server-side", "--force-conflicts", "-f", str(REPO / "crds"))
     kubectl("wait", "--for=condition=Established", "crd/dataparalleljobs.dpjob.io", "--timeout=60s")
 

@@ -29,8 +29,9 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from grafana_foundation_sdk.builders import bargauge, common, dashboard, prometheus, stat, timeseries
 from grafana_foundation_sdk.cog.encoder import JSONEncoder
@@ -42,8 +43,8 @@ OUT_DIR = Path(__file__).resolve().parent.parent / "dpjob-operator" / "dashboard
 DS = model.DataSourceRef(type_val="prometheus", uid="${datasource}")
 
 T = 'namespace=~"$namespace", dpjob_job=~"$job"'  # trainer selector
-O = 'job=~"$operator"'  # operator selector
-CTRL = f'{O}, controller="dataparalleljob"'
+OP = 'job=~"$operator"'  # operator selector
+CTRL = f'{OP}, controller="dataparalleljob"'
 RI = "$__rate_interval"
 # Attach the trainer's global rank (a label of dpjob_trainer_info) to a per-target series.
 RANK_JOIN = f'* on(job, instance) group_left(rank) dpjob_trainer_info{{{T}}}'
@@ -242,16 +243,16 @@ def training() -> dict[str, Any]:
 def operator() -> dict[str, Any]:
     b = Board()
     b.row("Jobs")
-    b.panel("bargauge", "Jobs by phase", [(f"sum by (phase) (dpjob_jobs{{{O}}})", "{{phase}}")], w=6, h=8,
+    b.panel("bargauge", "Jobs by phase", [(f"sum by (phase) (dpjob_jobs{{{OP}}})", "{{phase}}")], w=6, h=8,
             decimals=0, description="DataParallelJobs the operator knows, by status.phase.")
-    b.panel("timeseries", "Jobs by phase over time", [(f"sum by (phase) (dpjob_jobs{{{O}}})", "{{phase}}")],
+    b.panel("timeseries", "Jobs by phase over time", [(f"sum by (phase) (dpjob_jobs{{{OP}}})", "{{phase}}")],
             w=6, decimals=0)
     b.panel("timeseries", "Jobs waiting for nodes",
-            [(f"sum by (reason) (dpjob_jobs_unschedulable{{{O}}})", "{{reason}}")], w=6, decimals=0,
+            [(f"sum by (reason) (dpjob_jobs_unschedulable{{{OP}}})", "{{reason}}")], w=6, decimals=0,
             description="GangUnschedulable: the whole gang does not fit and holds no node (gang scheduling). "
                         "Unschedulable: ranks placed one by one, some waiting while the others hold nodes.")
     b.panel("timeseries", "Phase transitions/s",
-            [(f"sum by (phase) (rate(dpjob_job_transitions_total{{{O}}}[{RI}])) or on() vector(0)", "{{phase}}")],
+            [(f"sum by (phase) (rate(dpjob_job_transitions_total{{{OP}}}[{RI}])) or on() vector(0)", "{{phase}}")],
             w=6, unit="ops")
 
     b.row("Reconcile")
@@ -267,43 +268,43 @@ def operator() -> dict[str, Any]:
              (f"histogram_quantile(0.99, sum by (le) (rate(controller_runtime_reconcile_time_seconds_bucket"
               f"{{{CTRL}}}[{RI}])))", "p99")], w=6, unit="s")
     b.panel("timeseries", "Work queue",
-            [(f'sum(workqueue_depth{{{O}, name="dataparalleljob"}})', "depth"),
-             (f'sum(rate(workqueue_adds_total{{{O}, name="dataparalleljob"}}[{RI}]))', "adds/s")], w=6)
+            [(f'sum(workqueue_depth{{{OP}, name="dataparalleljob"}})', "depth"),
+             (f'sum(rate(workqueue_adds_total{{{OP}, name="dataparalleljob"}}[{RI}]))', "adds/s")], w=6)
 
     b.row("Rank pods")
     b.panel("timeseries", "Pods created/s",
-            [(f"sum(rate(dpjob_pods_created_total{{{O}}}[{RI}]))", "created"),
-             (f"sum by (reason) (rate(dpjob_pods_deleted_total{{{O}}}[{RI}])) or on() vector(0)",
+            [(f"sum(rate(dpjob_pods_created_total{{{OP}}}[{RI}]))", "created"),
+             (f"sum by (reason) (rate(dpjob_pods_deleted_total{{{OP}}}[{RI}])) or on() vector(0)",
               "deleted {{reason}}")], w=8, unit="ops")
     b.panel("timeseries", "Time to all ranks running p50 / p99",
             [(f"histogram_quantile(0.5, sum by (le) (rate(dpjob_time_to_all_ranks_running_seconds_bucket"
-              f"{{{O}}}[{RI}])))", "running p50"),
+              f"{{{OP}}}[{RI}])))", "running p50"),
              (f"histogram_quantile(0.99, sum by (le) (rate(dpjob_time_to_all_ranks_running_seconds_bucket"
-              f"{{{O}}}[{RI}])))", "running p99"),
+              f"{{{OP}}}[{RI}])))", "running p99"),
              (f"histogram_quantile(0.99, sum by (le) (rate(dpjob_time_to_all_pods_created_seconds_bucket"
-              f"{{{O}}}[{RI}])))", "all pods created p99")], w=8, unit="s",
+              f"{{{OP}}}[{RI}])))", "all pods created p99")], w=8, unit="s",
             description="From a gang's start (job seen or restart decided) to all pods created / all ranks "
                         "Running. Empty when no gang started in the window.")
     b.panel("timeseries", "Gang restarts by reason",
-            [(f"sum by (reason) (increase(dpjob_restarts_total{{{O}}}[{RI}])) or on() vector(0)", "{{reason}}")],
+            [(f"sum by (reason) (increase(dpjob_restarts_total{{{OP}}}[{RI}])) or on() vector(0)", "{{reason}}")],
             w=8, decimals=0)
     b.panel("stat", "Gang restarts (total)",
-            [(f"sum by (reason) (dpjob_restarts_total{{{O}}}) or on() vector(0)", "{{reason}}")], w=8, h=5,
+            [(f"sum by (reason) (dpjob_restarts_total{{{OP}}}) or on() vector(0)", "{{reason}}")], w=8, h=5,
             decimals=0, thresholds=[(None, "green"), (1, "orange")])
-    b.panel("stat", "Pods created (total)", [(f"sum(dpjob_pods_created_total{{{O}}})", "pods")], w=8, h=5,
+    b.panel("stat", "Pods created (total)", [(f"sum(dpjob_pods_created_total{{{OP}}})", "pods")], w=8, h=5,
             decimals=0)
-    b.panel("stat", "Operator up", [(f"sum(up{{{O}}})", "up")], w=8, h=5, decimals=0,
+    b.panel("stat", "Operator up", [(f"sum(up{{{OP}}})", "up")], w=8, h=5, decimals=0,
             thresholds=[(None, "red"), (1, "green")])
 
     b.row("Kubernetes API client")
     b.panel("timeseries", "API requests/s by method and code",
-            [(f"sum by (method, code) (rate(rest_client_requests_total{{{O}}}[{RI}]))", "{{method}} {{code}}")],
+            [(f"sum by (method, code) (rate(rest_client_requests_total{{{OP}}}[{RI}]))", "{{method}} {{code}}")],
             w=12, unit="reqps")
     b.panel("timeseries", "Rate-limiter wait p99 / mean",
             [(f"histogram_quantile(0.99, sum by (le) (rate(rest_client_rate_limiter_duration_seconds_bucket"
-              f"{{{O}}}[{RI}])))", "p99"),
-             (f"sum(rate(rest_client_rate_limiter_duration_seconds_sum{{{O}}}[{RI}])) / "
-              f"sum(rate(rest_client_rate_limiter_duration_seconds_count{{{O}}}[{RI}]))", "mean")],
+              f"{{{OP}}}[{RI}])))", "p99"),
+             (f"sum(rate(rest_client_rate_limiter_duration_seconds_sum{{{OP}}}[{RI}])) / "
+              f"sum(rate(rest_client_rate_limiter_duration_seconds_count{{{OP}}}[{RI}]))", "mean")],
             w=12, unit="s",
             description="Time requests wait for the client-side token bucket (apiQPS/apiBurst). Sustained "
                         "waits mean the operator is throttling itself; raise apiQPS if the API server has room.")

@@ -56,7 +56,9 @@ async def cleanup(**_: Any) -> None:
 
 
 @kopf.on.event(c.GROUP, c.VERSION, c.PLURAL)
-def on_job_event(event: dict[str, Any], **_: Any) -> None:
+async def on_job_event(event: kopf.RawEvent, **_: Any) -> None:
+    """Async on purpose: kopf runs sync handlers in a worker thread, and the controller's queue
+    and job cache belong to the event loop (a thread's put would not wake a waiting worker)."""
     controller: Controller | None = _state.get("controller")
     if controller is None:
         return

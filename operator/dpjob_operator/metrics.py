@@ -4,7 +4,8 @@ job names are unbounded, phases and reasons are not."""
 
 from __future__ import annotations
 
-from typing import Any, Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import GaugeMetricFamily
@@ -49,7 +50,7 @@ class JobsByPhase:
     def __init__(self, phases: Callable[[], Iterable[str]]) -> None:
         self._phases = phases
 
-    def collect(self):
+    def collect(self) -> Iterator[GaugeMetricFamily]:
         counts = dict.fromkeys(self.PHASES, 0)
         for phase in self._phases():
             counts[phase or "Pending"] = counts.get(phase or "Pending", 0) + 1
@@ -58,7 +59,7 @@ class JobsByPhase:
             family.add_metric([phase], count)
         yield family
 
-    def describe(self):
+    def describe(self) -> list[GaugeMetricFamily]:
         return []
 
 
@@ -75,7 +76,7 @@ class JobsUnschedulable:
     def __init__(self, statuses: Callable[[], Iterable[Mapping[str, Any]]]) -> None:
         self._statuses = statuses
 
-    def collect(self):
+    def collect(self) -> Iterator[GaugeMetricFamily]:
         counts = dict.fromkeys(self.REASONS, 0)
         for status in self._statuses():
             for cond in status.get("conditions") or []:
@@ -89,5 +90,5 @@ class JobsUnschedulable:
             family.add_metric([reason], count)
         yield family
 
-    def describe(self):
+    def describe(self) -> list[GaugeMetricFamily]:
         return []

@@ -7,12 +7,11 @@ from __future__ import annotations
 
 import pytest
 
-from devcluster import monitoring
+from devcluster import monitoring, stack
 from devcluster import prometheus as promsupport
-from devcluster import stack
-from tests import dpj
 from tests.e2e.test_training_e2e import trainer_job
-from tests.helpers import wait_for
+from tests.support import cluster as dpj
+from tests.support.waits import wait_until
 
 pytestmark = pytest.mark.e2e
 
@@ -37,8 +36,8 @@ def monitored_operator(operator_pod):
     # The Prometheus Operator writes the new scrape config into a Secret; the kubelet brings a
     # changed Secret volume to the pod on its periodic sync (about a minute), then the reloader
     # reloads Prometheus. Start the job only once both monitors are loaded.
-    wait_for("Prometheus to load the chart's monitors", lambda: all(
-        pool in _loaded_scrape_jobs(url) for pool in (SERVICE_POOL, POD_POOL)), timeout=240, interval=2)
+    wait_until(lambda: all(pool in _loaded_scrape_jobs(url) for pool in (SERVICE_POOL, POD_POOL)), timeout=240,
+               interval=2, what="Prometheus to load the chart's monitors")
     yield url
     stack.install_operator()  # the release as the other tests know it: no monitors
 
@@ -49,15 +48,16 @@ def test_the_prometheus_operator_scrapes_the_operator_and_the_ranks_through_the_
     name = "watched"
     dpj.create(api, namespace, trainer_job(name, ["--task", "mlp", "--steps", "300", "--metrics-linger", "20"]))
 
-    series = wait_for("both ranks' series in the operator's Prometheus", lambda: (lambda r: r if len(r) == 2 else None)(
+    series = wait_until(lambda: (lambda r: r if len(r) == 2 else None)(
         promsupport.query(url, f'max_over_time(dpjob_trainer_steps_total{{namespace="{namespace}"}}[5m])')),
-        timeout=120, interval=1)
+        timeout=120, interval=1, what="both ranks' series in the operator's Prometheus")
     assert {(s["metric"]["dpjob_job"], s["metric"]["dpjob_rank"]) for s in series} == {(name, "0"), (name, "1")}
     assert {s["metric"]["pod"] for s in series} == {f"{name}-rank-0", f"{name}-rank-1"}
 
     pools = {t["scrapePool"] for t in promsupport.targets(url)}
     assert {POD_POOL, SERVICE_POOL} <= pools, pools
-    operator_series = wait_for("the operator's own metrics", lambda: promsupport.query(
-        url, f'dpjob_jobs{{namespace="{stack.OPERATOR_NAMESPACE}"}}'), timeout=60, interval=1)
+    operator_series = wait_until(lambda: promsupport.query(
+        url, f'dpjob_jobs{{namespace="{stack.OPERATOR_NAMESPACE}"}}'), timeout=60, interval=1,
+        what="the operator's own metrics")
     assert {s["metric"]["job"] for s in operator_series}, operator_series
     dpj.wait_phase(api, namespace, name, "Succeeded", timeout=180)

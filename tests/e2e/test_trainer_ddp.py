@@ -20,7 +20,6 @@ import multiprocessing as mp
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -29,6 +28,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+
+from tests.support.ports import free_port
 
 pytestmark = pytest.mark.e2e
 
@@ -57,24 +58,6 @@ def _rank_main(argv: list[str], env: dict[str, str], log_path: str) -> None:
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code)
-
-
-def free_port(consecutive: int = 1) -> int:
-    """A port p such that p .. p+consecutive-1 are free right now."""
-    for _ in range(50):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            base = s.getsockname()[1]
-        if base + consecutive > 65535:
-            continue
-        try:
-            for p in range(base, base + consecutive):
-                with socket.socket() as t:
-                    t.bind(("127.0.0.1", p))
-            return base
-        except OSError:
-            continue
-    raise RuntimeError("no free port range")
 
 
 @dataclass

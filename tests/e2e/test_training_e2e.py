@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import time
 import urllib.request
@@ -20,17 +19,14 @@ import yaml
 from devcluster import cluster as devcluster
 from devcluster import prometheus as promsupport
 from devcluster import stack
-from tests import dpj
-from tests.helpers import kubectl, wait_for
+from tests.support import cluster as dpj
+from tests.support.builders import JobBuilder
+from tests.support.cluster import kubectl
+from tests.support.paths import DEVCLUSTER, EXAMPLES
+from tests.support.ports import free_port
+from tests.support.waits import wait_until
 
 pytestmark = pytest.mark.e2e
-REPO = Path(__file__).resolve().parents[2]
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -41,21 +37,22 @@ def real_node(cluster):
 
 @pytest.fixture(scope="module")
 def prom(cluster):
-    port = _free_port()
+    port = free_port()
     proc = stack.start_prometheus(port, name="prometheus-e2e")
     yield port
     proc.stop()
 
 
-def trainer_job(name: str, args: list[str], replicas: int = 2, command: list[str] | None = None, **spec) -> dict:
-    job = {"apiVersion": "dpjob.io/v1alpha1", "kind": "DataParallelJob", "metadata": {"name": name},
-           "spec": {"replicas": replicas, "accelerator": "cpu",
-                    "template": {"spec": {"containers": [{
-                        "name": "trainer", "image": stack.trainer_image(),
-                        "command": command or ["python", "-m", "dpjob_trainer"], "args": args,
-                        "resources": {"requests": {"cpu": "300m", "memory": "512Mi"}}}]}}}}
-    job["spec"].update(spec)
-    return stack.run_on_real_node(job)
+def trainer_job(name: str, args: list[str], replicas: int = 2, command: list[str] | None = None,
+                backoff_limit: int | None = None) -> dict:
+    """``replicas`` CPU ranks of the trainer image built here, on the real node, running ``args``."""
+    job = (JobBuilder(name).replicas(replicas).image(stack.trainer_image()).args(args)
+           .requests(cpu="300m", memory="512Mi"))
+    if command:
+        job.command(command)
+    if backoff_limit is not None:
+        job.run_policy(backoffLimit=backoff_limit)
+    return stack.run_on_real_node(job.obj())
 
 
 def workdir(namespace: str, name: str) -> Path:
@@ -89,7 +86,7 @@ def last_instant_with(url: str, promql: str, start: float, end: float) -> float:
 
 def test_quickstart_applied_unchanged_trains_in_containers_and_is_observed(api, core, namespace, operator_pod, prom):
     """helm install -> operator pod Ready -> the README's example to Succeeded in real containers."""
-    job = yaml.safe_load((REPO / "examples" / "quickstart-cpu.yaml").read_text())
+    job = yaml.safe_load((EXAMPLES / "quickstart-cpu.yaml").read_text())
     dpj.create(api, namespace, job)
     running = dpj.wait_phase(api, namespace, "quickstart", "Running", timeout=180)
     running_at = time.time()
@@ -113,8 +110,9 @@ def test_quickstart_applied_unchanged_trains_in_containers_and_is_observed(api, 
 
     # Prometheus discovered both rank pods through the API server and scraped them mid-run.
     url = f"http://127.0.0.1:{prom}"
-    series = wait_for("trainer series in Prometheus", lambda: promsupport.query(
-        url, f'max_over_time(dpjob_trainer_steps_total{{namespace="{namespace}"}}[10m])'), timeout=30)
+    series = wait_until(lambda: promsupport.query(
+        url, f'max_over_time(dpjob_trainer_steps_total{{namespace="{namespace}"}}[10m])'), timeout=30,
+        what="trainer series in Prometheus")
     assert {s["metric"]["dpjob_rank"] for s in series} == {"0", "1"}
     assert {s["metric"]["pod"] for s in series} == {"quickstart-rank-0", "quickstart-rank-1"}
     assert max(float(s["value"][1]) for s in series) == 300
@@ -162,8 +160,9 @@ def test_ranks_resolve_each_other_through_cluster_dns_and_kubectl_exec_and_port_
     dpj.wait_phase(api, namespace, name, "Running", timeout=180)
     pods = {p.metadata.name: p for p in dpj.rank_pods(core, namespace, name)}
     rank0_ip = pods[f"{name}-rank-0"].status.pod_ip
-    probes = wait_for("both ranks' DNS probes", lambda: (lambda found: found if len(found) == 2 else None)(
-        [e for r in (0, 1) for e in log_events(namespace, f"{name}-rank-{r}", "probe")]), timeout=120)
+    probes = wait_until(lambda: (lambda found: found if len(found) == 2 else None)(
+        [e for r in (0, 1) for e in log_events(namespace, f"{name}-rank-{r}", "probe")]), timeout=120,
+        what="both ranks' DNS probes")
     fqdn = f"{name}-rank-0.{name}.{namespace}.svc.cluster.local"
     assert {p["master"] for p in probes} == {fqdn}
     assert all(p["ip"] == rank0_ip for p in probes), probes
@@ -180,12 +179,12 @@ def test_ranks_resolve_each_other_through_cluster_dns_and_kubectl_exec_and_port_
                        f"import socket; print(socket.gethostbyname('{fqdn}'))")
     assert resolved.stdout.strip() == rank0_ip
 
-    port = _free_port()
-    forward = subprocess.Popen([str(REPO / ".devcluster" / "bin" / "kubectl"), "--kubeconfig",
+    port = free_port()
+    forward = subprocess.Popen([str(DEVCLUSTER / "bin" / "kubectl"), "--kubeconfig",
                                 str(devcluster.KUBECONFIG), "port-forward", "-n", namespace, f"pod/{name}-rank-1",
                                 f"{port}:9090"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        body = wait_for("the port-forwarded rank", lambda: _get(f"http://127.0.0.1:{port}/"), timeout=30)
+        body = wait_until(lambda: _get(f"http://127.0.0.1:{port}/"), timeout=30, what="the port-forwarded rank")
         assert body == "rank 1"
     finally:
         forward.terminate()
@@ -236,10 +235,10 @@ def test_a_rank_container_killed_with_sigkill_restarts_the_gang_which_resumes_fr
     dpj.create(api, namespace, trainer_job(name, [
         "--task", "mlp", "--steps", str(steps), "--checkpoint-every", "25", "--checkpoint-dir", f"{base}/ckpt",
         "--report", f"{base}/report", "--metrics-port", "0", "--log-every", "25"],
-        runPolicy={"backoffLimit": 2}))
+        backoff_limit=2))
     dpj.wait_phase(api, namespace, name, "Running", timeout=180)
-    wait_for("a checkpoint", lambda: any(Path(f"{base}/ckpt").glob("*")), timeout=120, interval=0.5)
-    pids = wait_for("rank 1's trainer process", lambda: _container_pids(namespace, name, 1), timeout=30)
+    wait_until(lambda: any(Path(f"{base}/ckpt").glob("*")), timeout=120, interval=0.5, what="a checkpoint")
+    pids = wait_until(lambda: _container_pids(namespace, name, 1), timeout=30, what="rank 1's trainer process")
     for pid in pids:  # pid 1 of the container: the container dies with it
         os.kill(pid, signal.SIGKILL)
     st = dpj.wait_phase(api, namespace, name, "Succeeded", timeout=300)
@@ -260,9 +259,9 @@ def test_the_operator_container_killed_mid_run_comes_back_without_disturbing_the
     op_uid, op_restarts = operator_pod["metadata"]["uid"], _restart_count(operator_pod)
     for pid in _operator_pids():
         os.kill(pid, signal.SIGKILL)
-    wait_for("the kubelet to restart the operator container",
-             lambda: (lambda p: p and p["metadata"]["uid"] == op_uid and _restart_count(p) > op_restarts
-                      and _ready(p))(stack.operator_pod()), timeout=120)
+    wait_until(lambda: (lambda p: p and p["metadata"]["uid"] == op_uid and _restart_count(p) > op_restarts
+                        and _ready(p))(stack.operator_pod()), timeout=120,
+               what="the kubelet to restart the operator container")
     st = dpj.wait_phase(api, namespace, name, "Succeeded", timeout=300)
     assert st["restarts"] == 0, "the operator's restart disturbed the gang"
     after = {p.metadata.name: p.metadata.uid for p in dpj.rank_pods(core, namespace, name)}

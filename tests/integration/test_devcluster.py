@@ -7,7 +7,8 @@ import json
 import pytest
 from kubernetes import client
 
-from tests.helpers import kubectl, wait_for
+from tests.support.cluster import kubectl
+from tests.support.waits import wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -60,7 +61,7 @@ def test_node_pools_have_devices_labels_and_taints(core):
 
 def test_gpu_pod_is_scheduled_on_a_gpu_node_and_runs(core, namespace):
     core.create_namespaced_pod(namespace, make_pod("gpu", {"nvidia.com/gpu": "8"}, [GPU_TOLERATION]))
-    wait_for("gpu pod Running", lambda: pod_phase(core, namespace, "gpu") == "Running")
+    wait_until(lambda: pod_phase(core, namespace, "gpu") == "Running", what="gpu pod Running")
     pod = core.read_namespaced_pod("gpu", namespace)
     assert node_pool(core, pod.spec.node_name) == "gpu"
     assert pod.status.pod_ip and pod.status.pod_ip.startswith("10.244.")
@@ -69,8 +70,8 @@ def test_gpu_pod_is_scheduled_on_a_gpu_node_and_runs(core, namespace):
 def test_untolerating_pods_never_land_on_accelerator_nodes(core, namespace):
     for i in range(6):
         core.create_namespaced_pod(namespace, make_pod(f"plain-{i}"))
-    wait_for("plain pods Running", lambda: all(pod_phase(core, namespace, f"plain-{i}") == "Running"
-                                               for i in range(6)))
+    wait_until(lambda: all(pod_phase(core, namespace, f"plain-{i}") == "Running" for i in range(6)),
+               what="plain pods Running")
     pools = {node_pool(core, core.read_namespaced_pod(f"plain-{i}", namespace).spec.node_name) for i in range(6)}
     assert pools == {"cpu"}
 
@@ -82,7 +83,7 @@ def test_nine_gpus_stay_pending_unschedulable(core, namespace):
         conds = core.read_namespaced_pod("too-big", namespace).status.conditions or []
         return next((c for c in conds if c.type == "PodScheduled" and c.reason == "Unschedulable"), None)
 
-    cond = wait_for("PodScheduled=False/Unschedulable", unschedulable)
+    cond = wait_until(unschedulable, what="PodScheduled=False/Unschedulable")
     assert "nvidia.com/gpu" in cond.message
     assert pod_phase(core, namespace, "too-big") == "Pending"
 
@@ -93,8 +94,8 @@ def test_deleting_an_owner_garbage_collects_dependents(core, namespace):
     core.create_namespaced_config_map(namespace, client.V1ConfigMap(
         metadata=client.V1ObjectMeta(name="dependent", owner_references=[ref])))
     core.delete_namespaced_config_map("owner", namespace)
-    wait_for("dependent collected", lambda: not any(
-        c.metadata.name == "dependent" for c in core.list_namespaced_config_map(namespace).items))
+    wait_until(lambda: not any(c.metadata.name == "dependent"
+                               for c in core.list_namespaced_config_map(namespace).items), what="dependent collected")
 
 
 def test_npu_pods_get_the_ascend_device_annotation(core, namespace):
@@ -106,7 +107,7 @@ def test_npu_pods_get_the_ascend_device_annotation(core, namespace):
         pods = [core.read_namespaced_pod(f"npu-{i}", namespace) for i in range(2)]
         return pods if all(key in (p.metadata.annotations or {}) for p in pods) else None
 
-    pods = wait_for("ascend annotation", annotated)
+    pods = wait_until(annotated, what="ascend annotation")
     for pod in pods:
         conf = json.loads(pod.metadata.annotations[key])
         assert conf["pod_name"] == pod.metadata.name
@@ -118,26 +119,26 @@ def test_npu_pods_get_the_ascend_device_annotation(core, namespace):
 def test_failure_stage_fails_a_pod_with_the_chosen_exit_code(core, namespace):
     core.create_namespaced_pod(namespace, make_pod(
         "doomed", annotations={"sim.dpjob.io/fail-after": "1s", "sim.dpjob.io/exit-code": "42"}))
-    wait_for("pod Failed", lambda: pod_phase(core, namespace, "doomed") == "Failed")
+    wait_until(lambda: pod_phase(core, namespace, "doomed") == "Failed", what="pod Failed")
     term = core.read_namespaced_pod("doomed", namespace).status.container_statuses[0].state.terminated
     assert term.exit_code == 42
 
 
 def test_completion_stage_succeeds_a_pod_after_the_delay(core, namespace):
     core.create_namespaced_pod(namespace, make_pod("done", annotations={"sim.dpjob.io/complete-after": "1s"}))
-    wait_for("pod Succeeded", lambda: pod_phase(core, namespace, "done") == "Succeeded")
+    wait_until(lambda: pod_phase(core, namespace, "done") == "Succeeded", what="pod Succeeded")
     term = core.read_namespaced_pod("done", namespace).status.container_statuses[0].state.terminated
     assert term.exit_code == 0
 
 
 def test_chaos_label_fails_a_running_pod_on_demand(core, namespace):
     core.create_namespaced_pod(namespace, make_pod("victim"))
-    wait_for("victim Running", lambda: pod_phase(core, namespace, "victim") == "Running")
+    wait_until(lambda: pod_phase(core, namespace, "victim") == "Running", what="victim Running")
     core.patch_namespaced_pod("victim", namespace, {
         "metadata": {"labels": {"pod-container-running-failed.stage.kwok.x-k8s.io": "true"},
                      "annotations": {"pod-container-running-failed.stage.kwok.x-k8s.io/exit-code": "7",
                                      "pod-container-running-failed.stage.kwok.x-k8s.io/delay": "100ms"}}})
-    wait_for("victim Failed", lambda: pod_phase(core, namespace, "victim") == "Failed")
+    wait_until(lambda: pod_phase(core, namespace, "victim") == "Failed", what="victim Failed")
     term = core.read_namespaced_pod("victim", namespace).status.container_statuses[0].state.terminated
     assert term.exit_code == 7
 
@@ -163,5 +164,5 @@ def test_the_real_node_is_ready_tainted_and_runs_a_container_from_an_image_built
             containers=[client.V1Container(name="main", image=image, image_pull_policy="IfNotPresent",
                                            command=["python", "-c", "import os; print('hello from', os.getuid())"])]))
     core.create_namespaced_pod(namespace, pod)
-    wait_for("the pod to succeed", lambda: pod_phase(core, namespace, "hello") == "Succeeded", timeout=90)
+    wait_until(lambda: pod_phase(core, namespace, "hello") == "Succeeded", timeout=90, what="the pod to succeed")
     assert kubectl("logs", "-n", namespace, "hello").stdout.strip() == "hello from 65532"

@@ -13,8 +13,9 @@ import pytest
 from kubernetes import client
 
 from devcluster import cluster as devcluster
-from tests import dpj
-from tests.helpers import wait_for
+from tests.support import cluster as dpj
+from tests.support.builders import JobBuilder
+from tests.support.waits import wait_until
 
 pytestmark = pytest.mark.integration
 G, V = "scheduling.k8s.io", "v1alpha2"
@@ -38,15 +39,14 @@ def _reserve_gpu_nodes(core, namespace: str, count: int):
         node["spec"]["taints"] = [*gpu.taints, {"key": "dpjob.io/gang-test", "value": tag, "effect": "NoSchedule"}]
         core.create_node(node)
         names.append(node["metadata"]["name"])
-    wait_for("the test's GPU nodes Ready", lambda: all(
+    wait_until(lambda: all(
         any(c.type == "Ready" and c.status == "True" for c in (core.read_node(n).status.conditions or []))
-        for n in names), timeout=60)
+        for n in names), timeout=60, what="the test's GPU nodes Ready")
     yield tag
     # Jobs first, while kwok still runs the nodes' pods: no pod is left orphaned on a deleted node.
-    for job in client.CustomObjectsApi(core.api_client).list_namespaced_custom_object(
-            "dpjob.io", "v1alpha1", namespace, "dataparalleljobs")["items"]:
+    for job in dpj.list_jobs(core.api_client, namespace):
         dpj.delete(core.api_client, namespace, job["metadata"]["name"])
-    wait_for("the test's pods gone", lambda: not core.list_namespaced_pod(namespace).items, timeout=60)
+    wait_until(lambda: not core.list_namespaced_pod(namespace).items, timeout=60, what="the test's pods gone")
     for n in names:
         core.delete_node(n)
 
@@ -69,20 +69,12 @@ def gpu_job(name: str, tag: str, replicas: int, gang: str = "Auto", node: int | 
     selector = {"dpjob.io/gang-test": tag}
     if node is not None:
         selector["kubernetes.io/hostname"] = f"gang-{tag}-{node}"
-    job = {
-        "apiVersion": "dpjob.io/v1alpha1", "kind": "DataParallelJob", "metadata": {"name": name},
-        "spec": {"replicas": replicas, "accelerator": "gpu", "procsPerReplica": 8,
-                 "runPolicy": {"gangScheduling": gang, "backoffLimit": 3},
-                 "template": {"spec": {
-                     "nodeSelector": selector,
-                     "tolerations": [{"key": "dpjob.io/gang-test", "operator": "Equal", "value": tag,
-                                      "effect": "NoSchedule"}],
-                     "containers": [{"name": "trainer", "image": "dpjob/trainer:gpu",
-                                     "command": ["python", "-m", "dpjob_trainer"]}]}}},
-    }
+    job = (JobBuilder(name).replicas(replicas).accelerator("gpu").procs(8)
+           .run_policy(gangScheduling=gang, backoffLimit=3).image("dpjob/trainer:gpu")
+           .node_selector(selector).tolerate("dpjob.io/gang-test", tag))
     if topology_key:
-        job["spec"]["placement"] = {"topologyKey": topology_key}
-    return job
+        job.set("placement", {"topologyKey": topology_key})
+    return job.obj()
 
 
 def racks(core, ns: str, name: str) -> list[str]:
@@ -102,6 +94,12 @@ def condition(st: dict, type_: str) -> dict | None:
     return next((c for c in st.get("conditions") or [] if c["type"] == type_), None)
 
 
+def wait_scheduling_verdict(api: client.ApiClient, ns: str, name: str, reason: str) -> dict:
+    """The job's status once its PodsScheduled condition gives ``reason``."""
+    return dpj.wait_status(api, ns, name, lambda s: (condition(s, "PodsScheduled") or {}).get("reason") == reason,
+                           timeout=60, what=f"PodsScheduled=False/{reason}")
+
+
 def test_a_gang_that_does_not_fit_holds_no_node_and_runs_whole_once_it_fits(api, core, namespace, operator,
                                                                               gpu_nodes):
     dpj.create(api, namespace, gpu_job("holder", gpu_nodes, 1))
@@ -109,9 +107,7 @@ def test_a_gang_that_does_not_fit_holds_no_node_and_runs_whole_once_it_fits(api,
 
     # Two ranks, one free node: the scheduler must place neither.
     dpj.create(api, namespace, gpu_job("wide", gpu_nodes, 2))
-    st = wait_for("PodsScheduled=False/GangUnschedulable", lambda: (lambda s: s if (condition(
-        s, "PodsScheduled") or {}).get("reason") == "GangUnschedulable" else None)(
-        dpj.status(api, namespace, "wide")), timeout=60)
+    st = wait_scheduling_verdict(api, namespace, "wide", "GangUnschedulable")
     msg = condition(st, "PodsScheduled")["message"]
     # Then the scheduler's own words, which vary by scheduling path (placements, nodes, permit waits).
     prefix = "the gang of 2 rank(s) cannot be placed together, so no rank holds a node: "
@@ -143,10 +139,9 @@ def test_without_gang_scheduling_a_job_that_does_not_fit_holds_half_the_nodes(ap
     dpj.create(api, namespace, gpu_job("holder", gpu_nodes, 1))
     dpj.wait_phase(api, namespace, "holder", "Running")
     dpj.create(api, namespace, gpu_job("greedy", gpu_nodes, 2, gang="Disabled"))
-    wait_for("one rank of the greedy job bound", lambda: len(bound(core, namespace, "greedy")) == 1, timeout=60)
-    st = wait_for("PodsScheduled=False/Unschedulable", lambda: (lambda s: s if (condition(
-        s, "PodsScheduled") or {}).get("reason") == "Unschedulable" else None)(
-        dpj.status(api, namespace, "greedy")), timeout=60)
+    wait_until(lambda: len(bound(core, namespace, "greedy")) == 1, timeout=60,
+               what="one rank of the greedy job bound")
+    st = wait_scheduling_verdict(api, namespace, "greedy", "Unschedulable")
     assert "gang" not in st
     assert not [g for g in objects(api, namespace, "podgroups") if g["metadata"]["name"].startswith("greedy")]
     assert all(p.spec.scheduling_group is None for p in dpj.rank_pods(core, namespace, "greedy"))
@@ -158,19 +153,18 @@ def test_each_gang_restart_gets_its_own_pod_group_and_a_finished_job_keeps_none(
     dpj.wait_phase(api, namespace, "train", "Running")
     victim = dpj.rank_pods(core, namespace, "train")[1].metadata.name
     core.delete_namespaced_pod(victim, namespace)  # a disruption: the whole gang restarts
-    st = wait_for("restart 1 running", lambda: (lambda s: s if s.get("restarts") == 1 and
-                                                s.get("phase") == "Running" else None)(
-        dpj.status(api, namespace, "train")), timeout=90)
+    st = dpj.wait_status(api, namespace, "train", lambda s: s.get("restarts") == 1 and s.get("phase") == "Running",
+                         timeout=90, what="restart 1 running")
     assert st["gang"]["podGroup"] == "train-gang-1"
-    wait_for("only the current gang's PodGroup", lambda: [g["metadata"]["name"] for g in objects(
-        api, namespace, "podgroups")] == ["train-gang-1"], timeout=60)
+    wait_until(lambda: [g["metadata"]["name"] for g in objects(
+        api, namespace, "podgroups")] == ["train-gang-1"], timeout=60, what="only the current gang's PodGroup")
 
     # Suspending (Kueue) releases the gang; finishing keeps none either.
     uid = dpj.get(api, namespace, "train")["metadata"]["uid"]
     dpj.patch(api, namespace, "train", {"spec": {"runPolicy": {"suspend": True}}})
     dpj.wait_phase(api, namespace, "train", "Suspended")
-    wait_for("no PodGroup or Workload while suspended", lambda: not objects(api, namespace, "podgroups")
-             and not objects(api, namespace, "workloads"), timeout=60)
+    wait_until(lambda: not objects(api, namespace, "podgroups") and not objects(api, namespace, "workloads"),
+               timeout=60, what="no PodGroup or Workload while suspended")
     assert uid == dpj.get(api, namespace, "train")["metadata"]["uid"]
     dpj.patch(api, namespace, "train", {"spec": {"runPolicy": {"suspend": False}}})
     st = dpj.wait_phase(api, namespace, "train", "Running", timeout=90)
@@ -195,9 +189,7 @@ def test_a_gang_with_a_topology_key_waits_for_one_rack_instead_of_straddling_two
     dpj.wait_phase(api, namespace, "holder-a", "Running")
     dpj.wait_phase(api, namespace, "holder-b", "Running")
     dpj.create(api, namespace, gpu_job("wide", gpu_racks, 2, topology_key=RACK))
-    st = wait_for("PodsScheduled=False/GangUnschedulable", lambda: (lambda s: s if (condition(
-        s, "PodsScheduled") or {}).get("reason") == "GangUnschedulable" else None)(
-        dpj.status(api, namespace, "wide")), timeout=60)
+    st = wait_scheduling_verdict(api, namespace, "wide", "GangUnschedulable")
     assert condition(st, "PodsScheduled")["message"].startswith("the gang of 2 rank(s) cannot be placed together")
     assert bound(core, namespace, "wide") == []
     group = next(g for g in objects(api, namespace, "podgroups") if g["metadata"]["name"] == "wide-gang-0")

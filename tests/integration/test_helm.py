@@ -4,56 +4,37 @@ TokenRequest token in a kubeconfig of its own): it can do what the operator does
 
 There is no container runtime (kwok nodes), so the operator Deployment is never really running
 here; these tests assert objects and permissions. Running the operator process with the
-ServiceAccount's token uses ``tests.helm_support.service_account_kubeconfig``.
+ServiceAccount's token uses ``tests.support.helm.service_account_kubeconfig``.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import uuid
-from pathlib import Path
 
 import pytest
 import yaml
 
-from tests.helm_support import (CHART, by_kind, can_i, helm, helm_binary, kubectl_as, render,
-                                service_account_kubeconfig, template)
-from tests.helpers import kubectl
+from tests.support.cluster import kubectl
+from tests.support.helm import (
+    CHART,
+    Installed,
+    by_kind,
+    can_i,
+    fullname,
+    helm,
+    helm_binary,
+    kubectl_as,
+    release_name,
+    render,
+    service_account_kubeconfig,
+    template,
+)
 
 pytestmark = [pytest.mark.integration,
               pytest.mark.skipif(helm_binary() is None and not os.environ.get("CI"),
-                                reason="no helm binary (devcluster/build.sh builds one); under CI=true the tests fail instead")]
-
-
-def _release() -> str:
-    # Cluster-scoped objects (ClusterRole/Binding) are named after the release: unique per test.
-    return f"dpj-{uuid.uuid4().hex[:6]}"
-
-
-def _fullname(release: str) -> str:
-    return f"{release}-dpjob-operator"
-
-
-class Installed:
-    """`helm install` on enter, `helm uninstall` on exit (Helm removes the cluster-scoped RBAC; the
-    namespace fixture removes the rest)."""
-
-    def __init__(self, cluster: Path, namespace: str, *set_json: str) -> None:
-        self.cluster, self.namespace, self.release = cluster, namespace, _release()
-        self.set_json = list(set_json)
-        self.notes = ""
-
-    def __enter__(self) -> "Installed":
-        args = ["install", self.release, str(CHART), "--namespace", self.namespace, "--timeout", "60s"]
-        for s in self.set_json:
-            args += ["--set-json", s]
-        self.notes = helm(*args, kubeconfig=self.cluster).stdout
-        return self
-
-    def __exit__(self, *exc) -> None:
-        helm("uninstall", self.release, "--namespace", self.namespace, "--wait", "--timeout", "60s",
-             kubeconfig=self.cluster, check=False)
+                                 reason="no helm binary (devcluster/build.sh builds one); "
+                                        "under CI=true the tests fail instead")]
 
 
 def _dry_run_server(manifests: str) -> str:
@@ -78,23 +59,23 @@ def test_rendered_chart_is_accepted_by_the_api_server(cluster, namespace):
     The monitoring.coreos.com CRDs are not installed in the local cluster, so the monitors stay
     disabled here (tests/unit/test_dashboards.py checks their rendering).
     """
-    release = _release()
+    release = release_name()
     out = template(release, namespace, extra=["--include-crds"]).stdout
     docs = [d for d in yaml.safe_load_all(out) if d]
     kinds = {d["kind"] for d in docs}
     assert {"CustomResourceDefinition", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "ConfigMap",
             "Service", "Deployment"} <= kinds
     result = _dry_run_server(out)
-    assert f"deployment.apps/{_fullname(release)} created (server dry run)" in result
+    assert f"deployment.apps/{fullname(release)} created (server dry run)" in result
     # The namespaced variant (Role/RoleBinding in the watched namespace).
     out = template(release, namespace, values={"watchNamespaces": [namespace]}).stdout
     result = _dry_run_server(out)
-    assert f"role.rbac.authorization.k8s.io/{_fullname(release)} created (server dry run)" in result
+    assert f"role.rbac.authorization.k8s.io/{fullname(release)} created (server dry run)" in result
 
 
 def test_helm_install_creates_every_object(cluster, namespace):
     with Installed(cluster, namespace) as inst:
-        name = _fullname(inst.release)
+        name = fullname(inst.release)
         assert "The DataParallelJob operator is installed" in inst.notes
         status = json.loads(helm("status", inst.release, "-n", namespace, "-o", "json", kubeconfig=cluster).stdout)
         assert status["info"]["status"] == "deployed"
@@ -118,7 +99,7 @@ def test_helm_install_creates_every_object(cluster, namespace):
 
 def test_service_account_rbac_is_enough_and_least_privilege(cluster, namespace, tmp_path):
     with Installed(cluster, namespace) as inst:
-        sa = _fullname(inst.release)
+        sa = fullname(inst.release)
         kc = service_account_kubeconfig(namespace, sa, tmp_path / "sa.kubeconfig")
         who = json.loads(kubectl_as(kc, "auth", "whoami", "-o", "json").stdout)
         assert who["status"]["userInfo"]["username"] == f"system:serviceaccount:{namespace}:{sa}"
@@ -141,7 +122,8 @@ def test_service_account_rbac_is_enough_and_least_privilege(cluster, namespace, 
             ("patch", "pods", namespace), ("update", "pods", namespace), ("delete", "services", namespace),
             ("delete", "configmaps", namespace), ("create", "dataparalleljobs.dpjob.io", namespace),
             ("patch", "dataparalleljobs.dpjob.io", namespace), ("update", "dataparalleljobs.dpjob.io", namespace),
-            ("create", "deployments.apps", namespace), ("create", "clusterrolebindings.rbac.authorization.k8s.io", None),
+            ("create", "deployments.apps", namespace),
+            ("create", "clusterrolebindings.rbac.authorization.k8s.io", None),
             ("create", "roles.rbac.authorization.k8s.io", namespace), ("escalate", "clusterroles", None),
             ("get", "customresourcedefinitions.apiextensions.k8s.io", None), ("list", "namespaces", None),
         ]
@@ -162,7 +144,7 @@ def test_service_account_rbac_is_enough_and_least_privilege(cluster, namespace, 
 
 def test_watch_namespaces_confines_rbac_to_those_namespaces(cluster, namespace, tmp_path):
     with Installed(cluster, namespace, f"watchNamespaces={json.dumps([namespace])}") as inst:
-        sa = _fullname(inst.release)
+        sa = fullname(inst.release)
         assert kubectl("get", "clusterrole", sa, check=False).returncode != 0
         kubectl("get", "role", sa, "-n", namespace)
         cfg = json.loads(kubectl("get", "configmap", f"{sa}-config", "-n", namespace, "-o",
@@ -178,7 +160,7 @@ def test_watch_namespaces_confines_rbac_to_those_namespaces(cluster, namespace, 
 
 
 def test_schema_rejects_a_typo_at_install(cluster, namespace):
-    proc = helm("install", _release(), str(CHART), "-n", namespace, "--set", "podMonitor.enable=true",
+    proc = helm("install", release_name(), str(CHART), "-n", namespace, "--set", "podMonitor.enable=true",
                 kubeconfig=cluster, check=False)
     assert proc.returncode != 0 and "additional properties 'enable' not allowed" in proc.stderr, proc.stderr
     assert not json.loads(helm("list", "-n", namespace, "-o", "json", kubeconfig=cluster).stdout)
@@ -186,7 +168,7 @@ def test_schema_rejects_a_typo_at_install(cluster, namespace):
 
 def test_rendered_defaults_match_a_server_side_default_roundtrip(cluster, namespace):
     """The rendered Deployment survives server defaulting without changing what we set."""
-    objs = render(_release(), namespace)
+    objs = render(release_name(), namespace)
     dep = by_kind(objs, "Deployment")[0]
     out = kubectl("apply", "--dry-run=server", "-o", "json", "-f", "-", stdin=json.dumps(dep)).stdout
     served = json.loads(out)

@@ -7,23 +7,23 @@ import re
 
 import pytest
 
-from tests import dpj
-from tests.conftest import DEVCLUSTER, OperatorProcess
-from tests.helm_support import service_account_kubeconfig
-from tests.integration.test_helm import Installed, _fullname
-from tests.integration.test_operator import job_body
+from tests.support import cluster as dpj
+from tests.support.builders import JobBuilder
+from tests.support.helm import Installed, fullname, service_account_kubeconfig
+from tests.support.operator import OperatorProcess
+from tests.support.paths import DEVCLUSTER
 
 pytestmark = pytest.mark.integration
 
 
 def test_operator_with_the_chart_service_account_runs_a_job(cluster, namespace, tmp_path, operator, api):
     with Installed(cluster, namespace) as inst:
-        kubeconfig = service_account_kubeconfig(namespace, _fullname(inst.release), tmp_path / "sa.kubeconfig")
+        kubeconfig = service_account_kubeconfig(namespace, fullname(inst.release), tmp_path / "sa.kubeconfig")
         operator.stop()  # exactly one operator may own the job
         sa_operator = OperatorProcess(kubeconfig, DEVCLUSTER / "logs" / "operator-sa.log")
         try:
             sa_operator.start()
-            dpj.create(api, namespace, job_body(replicas=2, annotations={"sim.dpjob.io/complete-after": "2s"}))
+            dpj.create(api, namespace, JobBuilder().replicas(2).completes_after("2s").obj())
             st = dpj.wait_phase(api, namespace, "train", "Succeeded", timeout=60)
             assert st["succeededReplicas"] == 2
             assert {"Accepted", "JobSucceeded"} <= {e["reason"] for e in dpj.events(namespace, "train")}

@@ -15,7 +15,7 @@ sys.path.insert(0, os.path.abspath(DEVCLUSTER))
 import ascend_device_plugin as plugin  # noqa: E402
 import ascend_sim as sim  # noqa: E402
 
-from dpjob_operator.build.ranktable import (  # noqa: E402
+from dpjob_operator.builders.ranktable import (  # noqa: E402
     RankPod,
     RankTableRequest,
     build_rank_tables,
@@ -330,7 +330,7 @@ def test_plugin_annotations_make_a_completed_hccl_table() -> None:
         assert parsed.server_id == p["metadata"]["uid"] and len(parsed.devices) == 8
         rank_pods.append(
             RankPod(index, p["metadata"]["name"], p["metadata"]["uid"], f"kwok-npu-{index}",
-                    f"10.244.{index}.2", f"10.0.1.1{index}", annotations)  # fmt: skip
+                    f"10.244.{index}.2", f"10.0.1.1{index}", annotations)
         )
     req = RankTableRequest("train", "team-a", 0, "npu", 2, 8, "auto", super_pod_size=16)
     result = build_rank_tables(req, rank_pods)
@@ -377,8 +377,7 @@ class FakeApi(FakeCluster):
         step = self.watches.pop(0)
         if isinstance(step, BaseException):
             raise step
-        for event in step:
-            yield event
+        yield from step
 
 
 def with_rv(p: dict[str, Any], rv: str) -> dict[str, Any]:

@@ -18,15 +18,16 @@ from pathlib import Path
 
 import pytest
 
-from tests.helm_support import CHART, CRD, by_kind, helm, helm_binary, render, template
+from tests.support.helm import CHART, CRD, by_kind, helm, helm_binary, render, template
 
 pytestmark = pytest.mark.unit
 
 REPO = Path(__file__).resolve().parents[2]
 DASHBOARDS = sorted((CHART / "dashboards").glob("*.json"))
 DS = {"type": "prometheus", "uid": "${datasource}"}
-needs_helm = pytest.mark.skipif(helm_binary() is None and not os.environ.get("CI"),
-                                reason="no helm binary (devcluster/build.sh builds one); under CI=true the tests fail instead")
+needs_helm = pytest.mark.skipif(
+    helm_binary() is None and not os.environ.get("CI"),
+    reason="no helm binary (devcluster/build.sh builds one); under CI=true the tests fail instead")
 
 # Metric names the dashboards may use: what the operator and the trainer export (+ Prometheus' up).
 OPERATOR_METRICS = {
@@ -101,7 +102,7 @@ def test_dashboard_conventions(path: Path):
             if "rate(" in t["expr"] or "increase(" in t["expr"]:
                 assert "[$__rate_interval]" in t["expr"], (panel["title"], t["expr"])
         gp = panel["gridPos"]
-        assert 0 <= gp["x"] and gp["x"] + gp["w"] <= 24
+        assert gp["x"] >= 0 and gp["x"] + gp["w"] <= 24
 
 
 def test_training_dashboard_covers_the_brief():
@@ -265,8 +266,10 @@ def test_rbac_rules_are_least_privilege():
     expected |= {("", "configmaps", v) for v in ("create", "get", "patch")}
     expected |= {("", "events", v) for v in ("create", "patch")}
     expected |= {("dpjob.io", "dataparalleljobs", v) for v in ("get", "list", "watch", "delete")}
-    expected |= {("dpjob.io", "dataparalleljobs/status", "patch"), ("dpjob.io", "dataparalleljobs/finalizers", "update")}
-    gang = {("scheduling.k8s.io", r, v) for r in ("workloads", "podgroups") for v in ("create", "get", "list", "delete")}
+    expected |= {("dpjob.io", "dataparalleljobs/status", "patch"),
+                 ("dpjob.io", "dataparalleljobs/finalizers", "update")}
+    gang = {("scheduling.k8s.io", r, v)
+            for r in ("workloads", "podgroups") for v in ("create", "get", "list", "delete")}
     assert granted == expected | gang
     assert not any("*" in rule[k] for rule in role["rules"] for k in ("apiGroups", "resources", "verbs"))
     (role,) = by_kind(render(set_=["gangScheduling=disabled"]), "ClusterRole")
@@ -304,7 +307,7 @@ def test_monitors_render_for_kube_prometheus_stack():
 
 def test_operator_pods_name_the_metrics_port():
     """The PodMonitor selects port `metrics`: the operator must add it to the trainer container."""
-    from dpjob_operator.build import pods
+    from dpjob_operator.builders import pods
 
     assert pods.METRICS_PORT == 9090
     source = Path(pods.__file__).read_text()
@@ -363,19 +366,20 @@ def test_helm_packages_the_crd_without_a_symlink_warning(tmp_path: Path):
 
 
 def test_token_kubeconfig_keeps_only_server_ca_and_token(tmp_path: Path):
-    """tests/helm_support.py: the ServiceAccount kubeconfig carries no admin credential."""
+    """tests/support/helm.py: the ServiceAccount kubeconfig carries no admin credential."""
     import base64
 
     import yaml
 
-    from tests.helm_support import write_token_kubeconfig
+    from tests.support.helm import write_token_kubeconfig
 
     ca = tmp_path / "ca.crt"
     ca.write_bytes(b"-----BEGIN CERTIFICATE-----\nabc\n-----END CERTIFICATE-----\n")
     base = tmp_path / "admin.kubeconfig"
     base.write_text(yaml.safe_dump({
         "apiVersion": "v1", "kind": "Config",
-        "clusters": [{"name": "dev", "cluster": {"server": "https://127.0.0.1:6443", "certificate-authority": str(ca)}}],
+        "clusters": [{"name": "dev",
+                      "cluster": {"server": "https://127.0.0.1:6443", "certificate-authority": str(ca)}}],
         "users": [{"name": "admin", "user": {"token": "ADMIN-SECRET"}}],
         "contexts": [{"name": "dev", "context": {"cluster": "dev", "user": "admin", "namespace": "default"}}],
         "current-context": "dev"}))

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from dpjob_operator.build.env import build_rank_env
-from dpjob_operator.build.pods import build_headless_service, build_rank_pod
-from dpjob_operator.config import DEFAULT_POOLS
-from tests.builders import JobBuilder
+from dpjob_operator.api.pools import DEFAULT_POOLS
+from dpjob_operator.builders.env import build_rank_env
+from dpjob_operator.builders.pods import build_headless_service, build_rank_pod
+from tests.support.builders import JobBuilder
 
 pytestmark = pytest.mark.unit
 MASTER = "train-rank-0.train.ns.svc.cluster.local"
@@ -51,18 +51,18 @@ def env_of(job, index=0, restart=0):
 ], ids=["cpu-static", "gpu-8procs", "elastic", "npu", "mindspore", "oneflow-1proc", "oneflow-multiproc",
         "no-ranktable", "mindx-path", "custom-port"])
 def test_rank_env(builder, index, expected, absent):
-    env = env_of(builder.obj(), index)
+    env = env_of(builder.job(), index)
     for name, value in expected.items():
         assert env.get(name) == value, f"{name}: expected {value!r}, got {env.get(name)!r}"
     assert not absent & env.keys(), f"must not be set: {absent & env.keys()}"
 
 
 def test_restart_count_is_exported():
-    assert env_of(JobBuilder().obj(), 0, restart=3)["DPJOB_RESTART_COUNT"] == "3"
+    assert env_of(JobBuilder().job(), 0, restart=3)["DPJOB_RESTART_COUNT"] == "3"
 
 
 def test_user_env_wins_and_comes_after_ours():
-    job = JobBuilder().user_env(MASTER_PORT="1234", EXTRA="$(WORLD_SIZE)").obj()
+    job = JobBuilder().user_env(MASTER_PORT="1234", EXTRA="$(WORLD_SIZE)").job()
     pod = build_rank_pod(job, 0, 0, DEFAULT_POOLS["cpu"])
     env = pod["spec"]["containers"][0]["env"]
     names = [e["name"] for e in env]
@@ -77,7 +77,7 @@ def test_user_env_wins_and_comes_after_ours():
     ("cpu", None, None, None),
 ])
 def test_rank_pod_lands_on_its_pool(accelerator, resource, selector, toleration_key):
-    job = JobBuilder().accelerator(accelerator).procs(8 if accelerator != "cpu" else 1).obj()
+    job = JobBuilder().accelerator(accelerator).procs(8 if accelerator != "cpu" else 1).job()
     pod = build_rank_pod(job, 1, 2, DEFAULT_POOLS[accelerator])
     spec = pod["spec"]
     trainer = spec["containers"][0]
@@ -99,7 +99,7 @@ def test_rank_pod_lands_on_its_pool(accelerator, resource, selector, toleration_
 
 
 def test_sidecars_get_env_only_when_asked():
-    body = JobBuilder().body()
+    body = JobBuilder().served()
     body["spec"]["template"]["spec"]["containers"].append({"name": "sidecar", "image": "busybox"})
     from dpjob_operator.api.spec import parse_job
 
@@ -111,12 +111,12 @@ def test_sidecars_get_env_only_when_asked():
 
 
 def test_pod_is_deterministic():
-    job = JobBuilder().accelerator("gpu").procs(8).obj()
+    job = JobBuilder().accelerator("gpu").procs(8).job()
     assert build_rank_pod(job, 3, 1, DEFAULT_POOLS["gpu"]) == build_rank_pod(job, 3, 1, DEFAULT_POOLS["gpu"])
 
 
 def test_headless_service_publishes_not_ready_addresses():
-    svc = build_headless_service(JobBuilder().obj())
+    svc = build_headless_service(JobBuilder().job())
     assert svc["spec"]["clusterIP"] == "None"
     assert svc["spec"]["publishNotReadyAddresses"] is True
     assert svc["metadata"]["name"] == "train"

@@ -2,23 +2,25 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import pytest
 
-from dpjob_operator.build import gang
-from dpjob_operator.build.pods import build_rank_pod
+from dpjob_operator.api.observed import GangObservation
+from dpjob_operator.api.timestamps import iso
+from dpjob_operator.builders import gang
+from dpjob_operator.builders.pods import build_rank_pod
 from dpjob_operator.config import DEFAULT_POOLS, load_config
-from dpjob_operator.reconcile.planner import (CreatePods, EnsureGang, EnsureService, GangObservation, ReleaseGang,
-                                              iso, plan_job)
-from tests.builders import JobBuilder, pod
+from dpjob_operator.reconcile.actions import CreatePods, EnsureGang, EnsureService, ReleaseGang
+from dpjob_operator.reconcile.planner import plan_job
+from tests.support.builders import JobBuilder, pod
 
 pytestmark = pytest.mark.unit
-NOW = datetime(2026, 11, 21, 12, 0, 0, tzinfo=timezone.utc)
+NOW = datetime(2026, 11, 21, 12, 0, 0, tzinfo=UTC)
 
 
 def plan(builder, status=None, pods=(), gang_obs=None):
-    return plan_job(builder.obj(), status or {}, list(pods), NOW, DEFAULT_POOLS["gpu"], None, gang_obs)
+    return plan_job(builder.job(), status or {}, list(pods), NOW, DEFAULT_POOLS["gpu"], None, gang_obs)
 
 
 @pytest.mark.parametrize("builder, expected", [
@@ -27,18 +29,18 @@ def plan(builder, status=None, pods=(), gang_obs=None):
     (JobBuilder().replicas(1).elastic(2, 8), 1),        # never more than the pods that exist
 ])
 def test_min_count_is_the_ranks_training_cannot_start_without(builder, expected):
-    assert gang.gang_min_count(builder.obj()) == expected
+    assert gang.gang_min_count(builder.job()) == expected
 
 
 @pytest.mark.parametrize("supported, policy, expected", [
     (True, "Auto", True), (True, "Disabled", False), (False, "Auto", False), (False, "Disabled", False)])
 def test_gang_is_used_only_when_the_cluster_serves_it_and_the_job_allows_it(supported, policy, expected):
-    job = JobBuilder().run_policy(gangScheduling=policy).obj()
+    job = JobBuilder().run_policy(gangScheduling=policy).job()
     assert gang.gang_enabled(job, supported) is expected
 
 
 def test_pod_group_references_the_workload_template_and_is_owned_by_the_job():
-    job = JobBuilder("resnet", "team-a").replicas(4).obj()
+    job = JobBuilder("resnet", "team-a").replicas(4).job()
     workload, group = gang.build_workload(job), gang.build_pod_group(job, 3)
     assert workload["metadata"]["name"] == "resnet" and group["metadata"]["name"] == "resnet-gang-3"
     assert workload["spec"]["controllerRef"] == {"apiGroup": "dpjob.io", "kind": "DataParallelJob", "name": "resnet"}
@@ -52,12 +54,12 @@ def test_pod_group_references_the_workload_template_and_is_owned_by_the_job():
         assert obj["apiVersion"] == "scheduling.k8s.io/v1alpha2" and obj["metadata"]["namespace"] == "team-a"
         assert obj["metadata"]["ownerReferences"][0]["kind"] == "DataParallelJob"
     assert gang.workload_matches(workload, job)
-    assert not gang.workload_matches(workload, JobBuilder("resnet", "team-a").replicas(8).obj())
+    assert not gang.workload_matches(workload, JobBuilder("resnet", "team-a").replicas(8).job())
     assert "schedulingConstraints" not in group["spec"]
 
 
 def test_rank_pod_names_its_pod_group_only_when_gang_scheduled():
-    job = JobBuilder().replicas(2).obj()
+    job = JobBuilder().replicas(2).job()
     assert build_rank_pod(job, 0, 1, DEFAULT_POOLS["gpu"], pod_group="train-gang-1")["spec"]["schedulingGroup"] == \
         {"podGroupName": "train-gang-1"}
     assert "schedulingGroup" not in build_rank_pod(job, 0, 1, DEFAULT_POOLS["gpu"])["spec"]
@@ -137,11 +139,11 @@ def test_an_unknown_operator_gang_mode_is_refused_at_start():
 
 
 def test_topology_key_puts_the_whole_gang_in_one_domain():
-    job = JobBuilder().replicas(2).set("placement", {"topologyKey": "dpjob.io/rack"}).obj()
+    job = JobBuilder().replicas(2).set("placement", {"topologyKey": "dpjob.io/rack"}).job()
     constraint = {"topology": [{"key": "dpjob.io/rack"}]}
     assert gang.build_pod_group(job, 0)["spec"]["schedulingConstraints"] == constraint
     assert gang.build_workload(job)["spec"]["podGroupTemplates"][0]["schedulingConstraints"] == constraint
-    plain = JobBuilder().replicas(2).obj()
+    plain = JobBuilder().replicas(2).job()
     assert not gang.workload_matches(gang.build_workload(plain), job)  # adding a topology recreates it
 
 
@@ -150,13 +152,13 @@ def test_topology_key_is_also_a_required_pod_affinity_on_this_generation(pod_gro
     user_term = {"labelSelector": {"matchLabels": {"app": "cache"}}, "topologyKey": "kubernetes.io/hostname"}
     job = (JobBuilder().replicas(2).set("placement", {"topologyKey": "dpjob.io/rack"})
            .set("template.spec.affinity", {"podAffinity": {
-               "requiredDuringSchedulingIgnoredDuringExecution": [user_term]}}).obj())
+               "requiredDuringSchedulingIgnoredDuringExecution": [user_term]}}).job())
     spec = build_rank_pod(job, 1, 3, DEFAULT_POOLS["gpu"], pod_group=pod_group)["spec"]
     assert spec["affinity"]["podAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"] == [
         user_term,
         {"labelSelector": {"matchLabels": {"dpjob.io/job-name": "train", "dpjob.io/restart": "3"}},
          "topologyKey": "dpjob.io/rack"}]
-    assert "affinity" not in build_rank_pod(JobBuilder().replicas(2).obj(), 1, 3, DEFAULT_POOLS["gpu"])["spec"]
+    assert "affinity" not in build_rank_pod(JobBuilder().replicas(2).job(), 1, 3, DEFAULT_POOLS["gpu"])["spec"]
 
 
 def test_jobs_waiting_for_nodes_metric_counts_live_jobs_by_reason():
@@ -192,7 +194,7 @@ def test_a_gang_started_with_a_pod_group_keeps_it_even_if_the_job_now_disables_g
 
 
 def test_pod_observation_reads_the_pod_group():
-    from dpjob_operator.reconcile.observe import observe_pod
+    from dpjob_operator.api.observed import observe_pod
 
     seen = observe_pod({"metadata": {"name": "train-rank-0", "labels": {"dpjob.io/rank": "0"}},
                         "spec": {"schedulingGroup": {"podGroupName": "train-gang-0"}}})

@@ -2,22 +2,23 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from dpjob_operator.config import DEFAULT_POOLS
-from dpjob_operator.reconcile.planner import (CreatePods, DeleteJob, DeletePods, EnsureService, iso, next_wakeup,
-                                              plan_job)
+from dpjob_operator.api.pools import DEFAULT_POOLS
+from dpjob_operator.api.timestamps import iso
+from dpjob_operator.reconcile.actions import CreatePods, DeleteJob, DeletePods, EnsureService
+from dpjob_operator.reconcile.planner import next_wakeup, plan_job
 from dpjob_operator.reconcile.restart import decide_failure
-from tests.builders import JobBuilder, pod
+from tests.support.builders import JobBuilder, pod
 
 pytestmark = pytest.mark.unit
-NOW = datetime(2026, 11, 21, 12, 0, 0, tzinfo=timezone.utc)
+NOW = datetime(2026, 11, 21, 12, 0, 0, tzinfo=UTC)
 
 
 def plan(builder, status=None, pods=(), now=NOW, pool="cpu"):
-    job = builder.obj()
+    job = builder.job()
     return plan_job(job, status or {}, list(pods), now, DEFAULT_POOLS.get(pool) if pool else None)
 
 
@@ -64,14 +65,14 @@ def test_partially_created_gang_only_creates_the_missing_ranks():
     ("OnFailure", 1, 0, 0, False, "BackoffLimitExceeded"),
 ])
 def test_failure_policy(policy, exit_code, failure_restarts, limit, restart, reason):
-    job = JobBuilder().run_policy(restartPolicy=policy, backoffLimit=limit).obj()
+    job = JobBuilder().run_policy(restartPolicy=policy, backoffLimit=limit).job()
     d = decide_failure(job.spec.run_policy, pod(1, "Failed", exit_code=exit_code), failure_restarts)
     assert (d.restart, d.reason) == (restart, reason)
     assert "rank 1" in d.message and str(exit_code) in d.message
 
 
 def test_disruption_restarts_without_charging_the_backoff_limit():
-    job = JobBuilder().run_policy(restartPolicy="Never", backoffLimit=0).obj()
+    job = JobBuilder().run_policy(restartPolicy="Never", backoffLimit=0).job()
     d = decide_failure(job.spec.run_policy, pod(0, "Failed", exit_code=137, reason="Evicted", disrupted=True), 0)
     assert d.restart and not d.counted and d.reason == "Preempted"
 
@@ -174,7 +175,7 @@ def test_ttl_deletes_a_finished_job_only_when_due():
     assert DeleteJob("ttlSecondsAfterFinished=10 elapsed") not in plan(
         JobBuilder().run_policy(ttlSecondsAfterFinished=10), done).actions
     assert any(isinstance(a, DeleteJob) for a in plan(JobBuilder().run_policy(ttlSecondsAfterFinished=5), done).actions)
-    assert next_wakeup(JobBuilder().run_policy(ttlSecondsAfterFinished=10).obj(), done, NOW) == pytest.approx(5)
+    assert next_wakeup(JobBuilder().run_policy(ttlSecondsAfterFinished=10).job(), done, NOW) == pytest.approx(5)
 
 
 def test_finished_jobs_never_come_back():

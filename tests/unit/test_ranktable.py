@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from dpjob_operator.build.ranktable import (
+from dpjob_operator.builders.ranktable import (
     ASCEND_DEVICE_ANNOTATION,
     INITIALIZING,
     AscendAnnotationError,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import pytest
 
@@ -21,7 +22,7 @@ def test_crash_during_write_keeps_the_previous_file_and_leaves_no_temp(tmp_path)
 
     with pytest.raises(KeyboardInterrupt):
         atomic_write(path, dies_half_way)
-    assert open(path, "rb").read() == b"complete old checkpoint"
+    assert Path(path).read_bytes() == b"complete old checkpoint"
     assert os.listdir(tmp_path) == ["checkpoint.pt"]
 
 
@@ -41,12 +42,12 @@ def test_readers_only_ever_see_complete_files(tmp_path):
 
     def write_v2(fh):
         fh.write(b"v2-partial")
-        seen_during_write.append(open(path, "rb").read())
+        seen_during_write.append(Path(path).read_bytes())
         fh.write(b"-rest")
 
     atomic_write(path, write_v2)
     assert seen_during_write == [b"v1"]
-    assert open(path, "rb").read() == b"v2-partial-rest"
+    assert Path(path).read_bytes() == b"v2-partial-rest"
 
 
 def test_save_and_load_round_trip(tmp_path):

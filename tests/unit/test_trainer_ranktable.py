@@ -6,7 +6,12 @@ import json
 
 import pytest
 
-from dpjob_trainer.ranktable import RankTableTimeout, read_rank_table_status, wait_for_rank_table, must_wait_for_rank_table
+from dpjob_trainer.ranktable import (
+    RankTableTimeout,
+    must_wait_for_rank_table,
+    read_rank_table_status,
+    wait_for_rank_table,
+)
 
 pytestmark = pytest.mark.unit
 

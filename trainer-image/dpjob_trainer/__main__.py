@@ -16,6 +16,7 @@ from collections.abc import Sequence
 
 from .env import DistEnv, EnvError, parse_env
 from .metrics import NullMetrics, TrainerMetrics
+from .peerloss import EXIT_PEER_LOST, is_peer_loss
 from .ranktable import RankTableTimeout, must_wait_for_rank_table, wait_for_rank_table
 
 EXIT_USAGE = 2
@@ -24,7 +25,8 @@ EXIT_USAGE = 2
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="dpjob-trainer",
-        description="Data-parallel (DDP) trainer for DataParallelJob pods; reads WORLD_SIZE/RANK/MASTER_* from the env.",
+        description="Data-parallel (DDP) trainer for DataParallelJob pods; "
+                    "reads WORLD_SIZE/RANK/MASTER_* from the env.",
     )
     what = p.add_argument_group("what to train")
     what.add_argument("--task", default="mlp", help="built-in task: linear, mlp or cnn (default mlp)")
@@ -43,7 +45,8 @@ def build_parser() -> argparse.ArgumentParser:
     how.add_argument("--grad-reduction", choices=["mean", "sum"], default="mean",
                      help="all-reduce mean (default; equals single device) or sum (N x the mean gradient)")
     how.add_argument("--grad-accum", type=int, default=1, help="micro-batches per optimizer step")
-    how.add_argument("--clip-grad-norm", type=float, default=0.0, help="clip the reduced gradient to this L2 norm (0: off)")
+    how.add_argument("--clip-grad-norm", type=float, default=0.0,
+                     help="clip the reduced gradient to this L2 norm (0: off)")
     how.add_argument("--amp", action="store_true", help="bf16 autocast where the device supports it")
     how.add_argument("--tail", choices=["keep", "drop"], default="keep",
                      help="uneven last global batch: keep (every sample once per epoch) or drop")
@@ -54,20 +57,26 @@ def build_parser() -> argparse.ArgumentParser:
 
     state = p.add_argument_group("checkpoints and output")
     state.add_argument("--checkpoint-dir", help="shared volume for checkpoint.pt; resume from it if present")
-    state.add_argument("--checkpoint-every", type=int, default=0, help="checkpoint every N steps (0: only on SIGTERM and at the end)")
+    state.add_argument("--checkpoint-every", type=int, default=0,
+                       help="checkpoint every N steps (0: only on SIGTERM and at the end)")
     state.add_argument("--no-resume", dest="resume", action="store_false", help="ignore an existing checkpoint")
     state.add_argument("--report", dest="report_dir", help="write report-rank<R>.json into this directory")
     state.add_argument("--log-every", type=int, default=10, help="one JSON log line every N steps (0: off)")
 
     ops = p.add_argument_group("cluster")
-    ops.add_argument("--metrics-port", type=int, default=9090, help="base port; this process serves port + LOCAL_RANK (0: off)")
+    ops.add_argument("--metrics-port", type=int, default=9090,
+                     help="base port; this process serves port + LOCAL_RANK (0: off)")
     ops.add_argument("--metrics-addr", default="0.0.0.0")
-    ops.add_argument("--metrics-linger", type=float, default=0.0, help="keep serving metrics this many seconds after training")
-    ops.add_argument("--rank-table-timeout", type=float, default=600.0, help="seconds to wait for RANK_TABLE_FILE to complete")
+    ops.add_argument("--metrics-linger", type=float, default=0.0,
+                     help="keep serving metrics this many seconds after training")
+    ops.add_argument("--rank-table-timeout", type=float, default=600.0,
+                     help="seconds to wait for RANK_TABLE_FILE to complete")
     ops.add_argument("--rank-table-wait", choices=["auto", "always", "never"], default="auto",
                      help="wait for RANK_TABLE_FILE before joining: auto = only for backends that read it (hccl)")
-    ops.add_argument("--rendezvous-timeout", type=float, default=900.0, help="seconds to wait for all ranks at MASTER_ADDR:MASTER_PORT")
-    ops.add_argument("--collective-timeout", type=float, default=1800.0, help="seconds one collective may hang before failing")
+    ops.add_argument("--rendezvous-timeout", type=float, default=900.0,
+                     help="seconds to wait for all ranks at MASTER_ADDR:MASTER_PORT")
+    ops.add_argument("--collective-timeout", type=float, default=1800.0,
+                     help="seconds one collective may hang before failing")
     ops.add_argument("--shutdown-timeout", type=float, default=30.0,
                      help="seconds to wait for the process group to shut down after training before exiting without it")
     return p
@@ -80,9 +89,22 @@ def fail(message: str) -> int:
     return EXIT_USAGE
 
 
+def _exit_peer_lost(exc: BaseException) -> None:
+    """Another rank died: say so in one line and leave with EXIT_PEER_LOST (see peerloss.py).
+
+    os._exit: the broken process group's threads would hang interpreter teardown (pytorch#75097).
+    """
+    first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
+    sys.stderr.write(f"dpjob-trainer: lost a peer, exiting with {EXIT_PEER_LOST} so the operator "
+                     f"blames the rank that died: {first}\n")
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(EXIT_PEER_LOST)
+
+
 def _threads(args: argparse.Namespace, env: DistEnv) -> int | None:
     if args.num_threads:
-        return args.num_threads
+        return int(args.num_threads)
     if env.local_world_size > 1 and "OMP_NUM_THREADS" not in os.environ:
         # N processes each using every core thrash each other; torchrun makes the same choice.
         return max(1, (os.cpu_count() or 1) // env.local_world_size)
@@ -112,8 +134,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         try:
             live.serve(port, args.metrics_addr)
         except OSError as exc:
-            return fail(f"cannot serve metrics on port {port} (--metrics-port {args.metrics_port} + LOCAL_RANK {env.local_rank}): "
-                        f"{exc.strerror or exc}; choose another --metrics-port or 0 to disable")
+            return fail(f"cannot serve metrics on port {port} (--metrics-port {args.metrics_port} "
+                        f"+ LOCAL_RANK {env.local_rank}): {exc.strerror or exc}; "
+                        f"choose another --metrics-port or 0 to disable")
         metrics = live
 
     try:
@@ -135,6 +158,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             code = trainer.run()
         except (EnvError, RendezvousError, ConfigError, TaskError) as exc:
             return fail(str(exc))
+        except RuntimeError as exc:
+            if not is_peer_loss(exc):
+                raise
+            _exit_peer_lost(exc)
     except RankTableTimeout as exc:
         return fail(str(exc))
     if args.metrics_linger > 0 and args.metrics_port:

@@ -14,6 +14,7 @@ ranks resumed from the same step and fails loudly otherwise).
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import os
 from collections.abc import Callable
@@ -26,16 +27,14 @@ def checkpoint_path(directory: str) -> str:
     return os.path.join(directory, CHECKPOINT_NAME)
 
 
-def atomic_write(path: str, write: Callable[[IO[bytes]], None]) -> None:
+def atomic_write(path: str, write: Callable[[IO[bytes]], object]) -> None:
     """Write ``path`` via a temp file + fsync + os.replace so readers never see a partial file."""
     directory = os.path.dirname(os.path.abspath(path))
     os.makedirs(directory, exist_ok=True)
     # A previous writer killed mid-write leaves a temp file behind; it is garbage by definition.
     for stale in glob.glob(glob.escape(path) + ".tmp-*"):
-        try:
+        with contextlib.suppress(OSError):
             os.remove(stale)
-        except OSError:
-            pass
     tmp = f"{path}.tmp-{os.getpid()}"
     try:
         with open(tmp, "wb") as fh:
@@ -71,4 +70,5 @@ def load_checkpoint(directory: str) -> dict[str, Any] | None:
     if not os.path.exists(path):
         return None
     # weights_only: the file sits on a shared volume; never unpickle arbitrary objects from it.
-    return torch.load(path, map_location="cpu", weights_only=True)
+    state: dict[str, Any] = torch.load(path, map_location="cpu", weights_only=True)
+    return state

@@ -19,8 +19,9 @@ ready, which is how exposed communication is measured (see CommHook).
 
 import threading
 import time
+from collections.abc import Callable
 from datetime import timedelta
-from typing import Any, Callable
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -45,9 +46,13 @@ def init_process_group(env: DistEnv, backend: str, *, rendezvous_timeout: float,
         try:
             dist.init_process_group(backend, init_method="env://", timeout=collective)
         except (RuntimeError, OSError, TimeoutError) as exc:
-            raise RendezvousError(f"joining the torchrun process group via {address} failed: {_first_line(exc)}") from exc
+            raise RendezvousError(
+                f"joining the torchrun process group via {address} failed: {_first_line(exc)}") from exc
         return
 
+    if env.master_addr is None or env.master_port is None:  # read_env requires both when WORLD_SIZE > 1
+        raise RendezvousError("a process group of more than one rank needs MASTER_ADDR and MASTER_PORT; set both")
+    host, port = env.master_addr, env.master_port
     deadline = time.monotonic() + rendezvous_timeout
     store = None
     last_error = "no attempt made"
@@ -66,8 +71,8 @@ def init_process_group(env: DistEnv, backend: str, *, rendezvous_timeout: float,
             )
         try:
             store = dist.TCPStore(
-                env.master_addr,
-                env.master_port,
+                host,
+                port,
                 env.world_size,
                 is_master=env.rank == 0,
                 timeout=timedelta(seconds=max(remaining, 0.1)),
@@ -84,7 +89,8 @@ def init_process_group(env: DistEnv, backend: str, *, rendezvous_timeout: float,
     try:
         dist.init_process_group(backend, store=store, rank=env.rank, world_size=env.world_size, timeout=collective)
     except (RuntimeError, OSError, TimeoutError) as exc:
-        raise RendezvousError(f"forming the {backend} process group after rendezvous at {address} failed: {_first_line(exc)}") from exc
+        raise RendezvousError(
+            f"forming the {backend} process group after rendezvous at {address} failed: {_first_line(exc)}") from exc
 
 
 class CommHook:
@@ -117,8 +123,11 @@ class CommHook:
         buffer = bucket.buffer()
         if self.mean:
             buffer.div_(self.world_size)  # what DDP's default hook does: sum of (g / N)
-        future = dist.all_reduce(buffer, group=state, async_op=True).get_future()
-        return future.then(lambda fut: fut.value()[0])
+        # all_reduce is untyped (a decorated function); the annotations say what it returns.
+        work = dist.all_reduce(buffer, group=state, async_op=True)
+        future: torch.futures.Future[list[torch.Tensor]] = work.get_future()
+        reduced: torch.futures.Future[torch.Tensor] = future.then(lambda fut: fut.value()[0])
+        return reduced
 
     def start_backward(self) -> None:
         """Forget the previous backward's marks (no_sync micro-steps fire no hooks)."""
@@ -146,7 +155,8 @@ class CommHook:
             return max(token, 0.0)
         start, end = token
         end.synchronize()
-        return max(start.elapsed_time(end) / 1000.0, 0.0)
+        milliseconds: float = start.elapsed_time(end)
+        return max(milliseconds / 1000.0, 0.0)
 
 
 def shutdown_process_group(timeout: float = 30.0, destroy: Callable[[], None] | None = None) -> bool:

@@ -83,7 +83,8 @@ def parse_env(environ: Mapping[str, str]) -> DistEnv:
             )
         world_size, rank = 1, 0
     elif world_size is None:
-        raise EnvError(f"RANK is set ({rank}) but WORLD_SIZE is missing; set WORLD_SIZE to the total number of processes")
+        raise EnvError(
+            f"RANK is set ({rank}) but WORLD_SIZE is missing; set WORLD_SIZE to the total number of processes")
     elif rank is None:
         raise EnvError(f"WORLD_SIZE is set ({world_size}) but RANK is missing; set RANK to this process's global rank")
     if world_size < 1:

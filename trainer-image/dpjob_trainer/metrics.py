@@ -166,24 +166,29 @@ class TrainerMetrics(NullMetrics):
             family.add_metric(list(info.values()), 1)
             yield family
         yield _histogram(HistogramMetricFamily, "dpjob_trainer_step_duration_seconds",
-                         "Wall time of one optimizer step: data, forward/backward of all micro-batches, all-reduce, update.",
+                         "Wall time of one optimizer step: data, forward/backward of all micro-batches, "
+                         "all-reduce, update.",
                          STEP_BUCKETS, step_buckets, step_sum)
         yield CounterMetricFamily("dpjob_trainer_steps", "Optimizer steps completed by this process.", value=steps)
         yield CounterMetricFamily("dpjob_trainer_samples",
-                                  "Real (non-padding) samples this rank trained on; sum over ranks for the job.", value=samples)
+                                  "Real (non-padding) samples this rank trained on; sum over ranks for the job.",
+                                  value=samples)
         yield CounterMetricFamily("dpjob_trainer_data_wait_seconds",
                                   "Time the loop waited for the next batch from the data loader.", value=data_wait)
         yield CounterMetricFamily("dpjob_trainer_comm_exposed_seconds",
-                                  "Gradient all-reduce time not hidden behind backward compute (see docs/trainer.md).", value=comm)
+                                  "Gradient all-reduce time not hidden behind backward compute (see docs/trainer.md).",
+                                  value=comm)
         if gauges is not None:  # absent until the first step: no fake zero loss
             loss, lr, grad_norm, epoch, timestamp = gauges
             yield GaugeMetricFamily("dpjob_trainer_loss", "Loss of the last step, averaged over all ranks.", value=loss)
             yield GaugeMetricFamily("dpjob_trainer_learning_rate", "Learning rate of the last step.", value=lr)
             yield GaugeMetricFamily("dpjob_trainer_grad_norm", "L2 norm of the reduced gradient of the last step.",
                                     value=grad_norm)
-            yield GaugeMetricFamily("dpjob_trainer_epoch", "Epoch (0-based) of the last micro-batch trained.", value=epoch)
+            yield GaugeMetricFamily("dpjob_trainer_epoch", "Epoch (0-based) of the last micro-batch trained.",
+                                    value=epoch)
             yield GaugeMetricFamily("dpjob_trainer_last_step_timestamp_seconds",
-                                    "Unix time the last step finished; alert on time() - this to catch hangs.", value=timestamp)
+                                    "Unix time the last step finished; alert on time() - this to catch hangs.",
+                                    value=timestamp)
         yield _histogram(HistogramMetricFamily, "dpjob_trainer_checkpoint_duration_seconds",
                          "Time to save a checkpoint, including the wait for rank 0's write.",
                          CHECKPOINT_BUCKETS, ckpt_buckets, ckpt_sum)
@@ -195,10 +200,12 @@ class TrainerMetrics(NullMetrics):
             self._server = None
 
 
-def _histogram(cls: Any, name: str, documentation: str, bounds: tuple[float, ...], counts: list[int], total: float) -> Any:
+def _histogram(
+    cls: Any, name: str, documentation: str, bounds: tuple[float, ...], counts: list[int], total: float
+) -> Any:
     """Per-bucket counts -> Prometheus' cumulative ``le`` buckets."""
     cumulative, running = [], 0
-    for bound, count in zip((*bounds, float("inf")), counts):
+    for bound, count in zip((*bounds, float("inf")), counts, strict=True):
         running += count
         cumulative.append(("+Inf" if bound == float("inf") else repr(float(bound)), running))
     return cls(name, documentation, buckets=cumulative, sum_value=total)

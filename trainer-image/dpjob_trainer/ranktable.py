@@ -16,6 +16,10 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+# The ``status`` of a usable table. The operator's image writes it (builders.ranktable
+# STATUS_COMPLETED); this image is built separately, so it keeps its own copy and a unit test
+# (tests/unit/test_ranktable_contract.py) holds the two equal.
+STATUS_COMPLETED = "completed"
 
 # Backends that read the rank table when they build their communicator. torch over gloo or nccl
 # rendezvous at MASTER_ADDR and never read it; for them the table is information only.
@@ -81,7 +85,7 @@ def wait_for_rank_table(
     deadline = clock() + timeout
     while True:
         status, table = read_rank_table_status(path)
-        if table is not None and status == "completed":
+        if table is not None and status == STATUS_COMPLETED:
             return table
         remaining = deadline - clock()
         if remaining <= 0:

@@ -31,7 +31,7 @@ class TaskError(ValueError):
     """The task or entry point cannot be built; the message says what to change."""
 
 
-class BatchedTensorDataset(Dataset):
+class BatchedTensorDataset(Dataset[tuple[torch.Tensor, torch.Tensor]]):
     """Tensors indexed a whole batch at a time (``__getitems__``): no per-sample Python collate."""
 
     def __init__(self, inputs: torch.Tensor, targets: torch.Tensor) -> None:
@@ -56,7 +56,7 @@ class Task:
 
     name: str
     model: nn.Module
-    dataset: Dataset
+    dataset: Dataset[Any]
     loss_fn: LossFn
     defaults: dict[str, Any] = field(default_factory=dict)
 
@@ -83,9 +83,8 @@ def _linear(seed: int, dataset_size: int | None, world_size: int) -> Task:
         raise TaskError("--dataset-size does not apply to --task linear (its dataset is OneFlow's 4 samples)")
     dataset = BatchedTensorDataset(torch.tensor(LINEAR_X), torch.tensor(LINEAR_Y))
     batch = 4 // world_size if 4 % world_size == 0 else 1
-    return Task(
-        "linear", LinearRegression(), dataset, F.mse_loss, {"batch_size": batch, "lr": 0.02, "steps": 500, "shuffle": False}
-    )
+    return Task("linear", LinearRegression(), dataset, F.mse_loss,
+                {"batch_size": batch, "lr": 0.02, "steps": 500, "shuffle": False})
 
 
 def _mlp(seed: int, dataset_size: int | None, world_size: int) -> Task:
@@ -96,7 +95,8 @@ def _mlp(seed: int, dataset_size: int | None, world_size: int) -> Task:
     teacher = torch.randn(features, classes, generator=gen)
     targets = (inputs @ teacher).argmax(dim=1)  # a learnable labelling, not noise
     model = nn.Sequential(nn.Linear(features, 64), nn.ReLU(), nn.Linear(64, classes))
-    return Task("mlp", model, BatchedTensorDataset(inputs, targets), F.cross_entropy, {"batch_size": 32, "lr": 0.1, "steps": 200})
+    return Task("mlp", model, BatchedTensorDataset(inputs, targets), F.cross_entropy,
+                {"batch_size": 32, "lr": 0.1, "steps": 200})
 
 
 class SmallConvNet(nn.Module):
@@ -111,7 +111,8 @@ class SmallConvNet(nn.Module):
         self.head = nn.Linear(16, classes)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.head(self.features(x).flatten(1))
+        logits: torch.Tensor = self.head(self.features(x).flatten(1))
+        return logits
 
 
 def _cnn(seed: int, dataset_size: int | None, world_size: int) -> Task:
@@ -151,7 +152,8 @@ def load_entrypoint(spec: str, *, seed: int) -> Task:
     torch.manual_seed(seed)
     result = func()
     if not isinstance(result, tuple) or len(result) not in (2, 3):
-        raise TaskError(f"--entrypoint {spec} must return (model, dataset) or (model, dataset, loss_fn), got {type(result).__name__}")
+        raise TaskError(f"--entrypoint {spec} must return (model, dataset) or (model, dataset, loss_fn), "
+                        f"got {type(result).__name__}")
     model, dataset = result[0], result[1]
     loss_fn = result[2] if len(result) == 3 else F.cross_entropy
     if not isinstance(model, nn.Module):

@@ -21,6 +21,7 @@ import os
 import signal
 import sys
 import time
+from collections.abc import Sized
 from dataclasses import asdict, dataclass
 from typing import Any, TextIO
 
@@ -147,7 +148,7 @@ def _device_count(backend: str) -> int:
     if backend == "nccl":
         return torch.cuda.device_count()
     if backend == "hccl":
-        return torch.npu.device_count()  # type: ignore[attr-defined]
+        return int(torch.npu.device_count())  # type: ignore[attr-defined]
     return 0
 
 
@@ -186,10 +187,8 @@ def _autocast(device: torch.device, enabled: bool) -> contextlib.AbstractContext
 
 def _amp_supported(device: torch.device) -> bool:
     if device.type == "cuda":
-        return torch.cuda.is_bf16_supported()
-    if device.type in ("cpu", "npu"):
-        return True
-    return False
+        return bool(torch.cuda.is_bf16_supported())
+    return device.type in ("cpu", "npu")
 
 
 def _grad_norm(params: list[torch.nn.Parameter], clip: float) -> torch.Tensor:
@@ -197,11 +196,14 @@ def _grad_norm(params: list[torch.nn.Parameter], clip: float) -> torch.Tensor:
     if not grads:
         return torch.zeros(())
     if clip > 0:
-        return torch.nn.utils.clip_grad_norm_(params, clip)
+        clipped: torch.Tensor = torch.nn.utils.clip_grad_norm_(params, clip)
+        return clipped
     get_total_norm = getattr(torch.nn.utils, "get_total_norm", None)
     if get_total_norm is not None:  # torch >= 2.6: norm without touching the gradients
-        return get_total_norm(grads)
-    return torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in grads]))
+        total: torch.Tensor = get_total_norm(grads)
+        return total
+    norm: torch.Tensor = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in grads]))
+    return norm
 
 
 class Trainer:
@@ -226,9 +228,8 @@ class Trainer:
         elif self.device.type == "npu":
             torch.npu.set_device(self.device)  # type: ignore[attr-defined]
         if env.distributed:
-            init_process_group(
-                env, self.backend, rendezvous_timeout=self.cfg.rendezvous_timeout, collective_timeout=self.cfg.collective_timeout
-            )
+            init_process_group(env, self.backend, rendezvous_timeout=self.cfg.rendezvous_timeout,
+                               collective_timeout=self.cfg.collective_timeout)
 
     def _build_task(self) -> Task:
         cfg = self.cfg
@@ -245,6 +246,8 @@ class Trainer:
             raise ConfigError(f"--grad-accum must be >= 1, got {cfg.grad_accum}")
         if cfg.tail not in ("keep", "drop"):
             raise ConfigError(f"--tail must be keep or drop, got {cfg.tail!r}")
+        if not isinstance(task.dataset, Sized):  # load_entrypoint checked it; this tells mypy too
+            raise ConfigError(f"task {task.name}: the dataset must be map-style (__len__ and __getitem__)")
         try:
             self.plan = ShardPlan(
                 len(task.dataset), self.env.world_size, self.env.rank, self.batch_size, accum=cfg.grad_accum,
@@ -277,7 +280,7 @@ class Trainer:
         collate = _identity if isinstance(dataset, BatchedTensorDataset) else default_collate
         loader = DataLoader(
             dataset,
-            batch_sampler=_ShardBatchSampler(sampler_plan, start_micro_batch),  # type: ignore[arg-type]
+            batch_sampler=_ShardBatchSampler(sampler_plan, start_micro_batch),
             collate_fn=collate,
             num_workers=self.cfg.num_workers,
             pin_memory=self.device.type == "cuda",
@@ -295,8 +298,8 @@ class Trainer:
             high, low = int(agree[0].item()), -int(agree[1].item())
             if high != low:
                 raise ConfigError(
-                    f"ranks found different checkpoints in --checkpoint-dir {cfg.checkpoint_dir} (steps {low}..{high}); "
-                    f"it must be one volume shared by every rank pod"
+                    f"ranks found different checkpoints in --checkpoint-dir {cfg.checkpoint_dir} "
+                    f"(steps {low}..{high}); it must be one volume shared by every rank pod"
                 )
         if state is None:
             return 0
@@ -315,7 +318,9 @@ class Trainer:
         torch.set_rng_state(state["rng_cpu"])
         return step
 
-    def _save(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer, task: Task, step: int, reason: str) -> None:
+    def _save(
+        self, model: torch.nn.Module, optimizer: torch.optim.Optimizer, task: Task, step: int, reason: str
+    ) -> None:
         if not self.cfg.checkpoint_dir:
             return
         started = time.perf_counter()
@@ -340,7 +345,8 @@ class Trainer:
 
     # ---- one optimizer step --------------------------------------------------------------------
     def _step(
-        self, train_model: torch.nn.Module, task: Task, hook: CommHook | None, batches: Any, step: int, params: list[Any]
+        self, train_model: torch.nn.Module, task: Task, hook: CommHook | None, batches: Any, step: int,
+        params: list[Any],
     ) -> StepResult:
         """Forward/backward over the step's micro-batches with reduced gradients, then update."""
         accum, world = self.cfg.grad_accum, self.env.world_size
@@ -395,7 +401,7 @@ class Trainer:
             interval_samples += r.window_real
             now = time.perf_counter()
             lr = optimizer.param_groups[0]["lr"]
-            grad_norm = float(r.grad_norm.item())
+            grad_norm = float(r.grad_norm.item()) if r.grad_norm is not None else 0.0
             self.metrics.observe_step(
                 duration=now - started, samples=r.local_samples, data_wait=r.data_wait,
                 comm_exposed=CommHook.exposed_seconds(r.comm_token), loss=loss, learning_rate=lr,
@@ -418,7 +424,8 @@ class Trainer:
         return step, False, stats
 
     def _report(
-        self, model: torch.nn.Module, task: Task, amp: bool, step: int, start_step: int, preempted: bool, stats: RunStats
+        self, model: torch.nn.Module, task: Task, amp: bool, step: int, start_step: int, preempted: bool,
+        stats: RunStats,
     ) -> dict[str, Any]:
         """The per-rank report; written to ``--report`` when given."""
         cfg, env = self.cfg, self.env
@@ -432,7 +439,7 @@ class Trainer:
             "config": asdict(cfg),
         }  # fmt: skip
         if task.name == "linear":
-            report["weights"] = [float(v) for v in model.w.detach().cpu().flatten()]  # type: ignore[union-attr]
+            report["weights"] = [float(v) for v in model.get_parameter("w").detach().cpu().flatten()]
         if cfg.report_dir:
             path = os.path.join(cfg.report_dir, f"report-rank{env.rank}.json")
             checkpoint.atomic_write(path, lambda fh: fh.write(json.dumps(report, indent=2).encode()))
@@ -468,8 +475,9 @@ class Trainer:
             task=task.name, rank=str(env.rank),
         )  # fmt: skip
         self.log(
-            "start", world_size=env.world_size, local_rank=env.local_rank, backend=self.backend, device=str(self.device),
-            task=task.name, job=env.job_name, restart_count=env.restart_count, start_step=start_step,
+            "start", world_size=env.world_size, local_rank=env.local_rank, backend=self.backend,
+            device=str(self.device), task=task.name, job=env.job_name, restart_count=env.restart_count,
+            start_step=start_step,
             total_steps=self.total_steps, batch_size=self.batch_size, global_batch_size=self.plan.window_size,
             grad_accum=cfg.grad_accum, grad_reduction=cfg.grad_reduction, lr=self.lr, amp=amp, tail=cfg.tail,
             dataset_size=self.plan.dataset_size, steps_per_epoch=self.plan.steps_per_epoch,
@@ -483,8 +491,8 @@ class Trainer:
             self._save(model, optimizer, task, step, reason="final")
         report = self._report(model, task, amp, step, start_step, preempted, stats)
         self.log(
-            "done", steps=step, final_loss=report["final_loss"], param_sha256=report["param_sha256"], preempted=preempted,
-            train_seconds=round(stats.train_seconds, 6),
+            "done", steps=step, final_loss=report["final_loss"], param_sha256=report["param_sha256"],
+            preempted=preempted, train_seconds=round(stats.train_seconds, 6),
             samples_per_second=round(stats.global_samples / max(stats.train_seconds, 1e-9), 2),
         )  # fmt: skip
         if dist.is_available() and dist.is_initialized() and not shutdown_process_group(cfg.shutdown_timeout):

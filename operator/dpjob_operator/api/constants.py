@@ -15,7 +15,10 @@ ANNOTATION_REPLICAS = "dpjob.io/replicas"  # replicas the gang was created for (
 ANNOTATION_WORLD_SIZE = "dpjob.io/world-size"
 
 TRAINER_CONTAINER = "trainer"
+# Written by the Ascend device plugin on every pod allocated Ascend chips; read by the rank table.
 ASCEND_ANNOTATION = "ascend.kubectl.kubernetes.io/ascend-910-configuration"
+# Rank-table file names: the ConfigMap's keys, so also the file names under the mount path.
 RANKTABLE_KEY_GENERIC = "ranktable.json"
 RANKTABLE_KEY_HCCL = "hccl.json"
+RANKTABLE_MOUNT_PATH = "/etc/dpjob/ranktable"  # default of spec.rankTable.mountPath
 MINDX_MOUNT_PATH = "/user/serverid/devindex/config"

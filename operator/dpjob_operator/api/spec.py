@@ -7,8 +7,9 @@ into a status condition and an Event, never an exception loop.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any
 
 from dpjob_operator.api import constants as c
 
@@ -36,7 +37,7 @@ class RankTableSpec:
     format: str = "auto"
     hccl_version: str = "auto"
     super_pod_size: int | None = None
-    mount_path: str = "/etc/dpjob/ranktable"
+    mount_path: str = c.RANKTABLE_MOUNT_PATH
     mindx_compatible: bool = False
 
 
@@ -58,7 +59,7 @@ class JobSpec:
     devices_per_replica: int
     accelerator: str
     framework: str
-    backend: str
+    backend: str | None  # None: the node pool's defaultBackend (see builders.env.effective_backend)
     inject_env_into: str
     rendezvous: Rendezvous
     rank_table: RankTableSpec
@@ -93,7 +94,7 @@ class Job:
                 "controller": True, "blockOwnerDeletion": True}
 
 
-DEFAULT_BACKEND = {"gpu": "nccl", "npu": "hccl", "cpu": "gloo"}
+ACCELERATORS = ("gpu", "npu", "cpu")
 
 
 def parse_job(body: Mapping[str, Any]) -> Job:
@@ -105,7 +106,7 @@ def parse_job(body: Mapping[str, Any]) -> Job:
     meta = body.get("metadata", {})
     spec = body.get("spec") or {}
     accelerator = spec.get("accelerator", "cpu")
-    if accelerator not in DEFAULT_BACKEND:
+    if accelerator not in ACCELERATORS:
         raise SpecError("spec.accelerator", f"must be one of gpu, cpu, npu, got {accelerator!r}")
     procs = int(spec.get("procsPerReplica", 1))
     default_devices = 0 if accelerator == "cpu" else procs
@@ -114,9 +115,6 @@ def parse_job(body: Mapping[str, Any]) -> Job:
     containers = (template.get("spec") or {}).get("containers") or []
     if not any(ctr.get("name") == c.TRAINER_CONTAINER for ctr in containers):
         raise SpecError("spec.template.spec.containers", "needs a container named 'trainer'")
-    rdzv = spec.get("rendezvous") or {}
-    rt = spec.get("rankTable") or {}
-    rp = spec.get("runPolicy") or {}
     replicas = int(spec.get("replicas", 1))
     if replicas < 1:
         raise SpecError("spec.replicas", f"must be >= 1, got {replicas}")
@@ -135,34 +133,46 @@ def parse_job(body: Mapping[str, Any]) -> Job:
             devices_per_replica=devices,
             accelerator=accelerator,
             framework=spec.get("framework", "pytorch"),
-            backend=spec.get("backend") or DEFAULT_BACKEND[accelerator],
+            backend=spec.get("backend") or None,
             inject_env_into=spec.get("injectEnvInto", "trainer"),
-            rendezvous=Rendezvous(
-                mode=rdzv.get("mode", "static"),
-                port=int(rdzv.get("port", 29500)),
-                timeout_seconds=int(rdzv.get("timeoutSeconds", 900)),
-                min_replicas=rdzv.get("minReplicas"),
-                max_replicas=rdzv.get("maxReplicas"),
-                max_restarts=int(rdzv.get("maxRestarts", 3)),
-            ),
-            rank_table=RankTableSpec(
-                format=rt.get("format", "auto"),
-                hccl_version=str(rt.get("hcclVersion", "auto")),
-                super_pod_size=rt.get("superPodSize"),
-                mount_path=rt.get("mountPath", "/etc/dpjob/ranktable"),
-                mindx_compatible=bool(rt.get("mindxCompatible", False)),
-            ),
-            run_policy=RunPolicy(
-                restart_policy=rp.get("restartPolicy", "OnFailure"),
-                backoff_limit=int(rp.get("backoffLimit", 3)),
-                active_deadline_seconds=rp.get("activeDeadlineSeconds"),
-                ttl_seconds_after_finished=rp.get("ttlSecondsAfterFinished"),
-                clean_pod_policy=rp.get("cleanPodPolicy", "Running"),
-                suspend=bool(rp.get("suspend", False)),
-                gang_scheduling=rp.get("gangScheduling", "Auto"),
-            ),
+            rendezvous=_rendezvous(spec.get("rendezvous") or {}),
+            rank_table=_rank_table(spec.get("rankTable") or {}),
+            run_policy=_run_policy(spec.get("runPolicy") or {}),
             success_policy=spec.get("successPolicy", "AllRanks"),
             template=template,
             topology_key=(spec.get("placement") or {}).get("topologyKey") or None,
         ),
+    )
+
+
+def _rendezvous(rdzv: Mapping[str, Any]) -> Rendezvous:
+    return Rendezvous(
+        mode=rdzv.get("mode", "static"),
+        port=int(rdzv.get("port", 29500)),
+        timeout_seconds=int(rdzv.get("timeoutSeconds", 900)),
+        min_replicas=rdzv.get("minReplicas"),
+        max_replicas=rdzv.get("maxReplicas"),
+        max_restarts=int(rdzv.get("maxRestarts", 3)),
+    )
+
+
+def _rank_table(rt: Mapping[str, Any]) -> RankTableSpec:
+    return RankTableSpec(
+        format=rt.get("format", "auto"),
+        hccl_version=str(rt.get("hcclVersion", "auto")),
+        super_pod_size=rt.get("superPodSize"),
+        mount_path=rt.get("mountPath", c.RANKTABLE_MOUNT_PATH),
+        mindx_compatible=bool(rt.get("mindxCompatible", False)),
+    )
+
+
+def _run_policy(rp: Mapping[str, Any]) -> RunPolicy:
+    return RunPolicy(
+        restart_policy=rp.get("restartPolicy", "OnFailure"),
+        backoff_limit=int(rp.get("backoffLimit", 3)),
+        active_deadline_seconds=rp.get("activeDeadlineSeconds"),
+        ttl_seconds_after_finished=rp.get("ttlSecondsAfterFinished"),
+        clean_pod_policy=rp.get("cleanPodPolicy", "Running"),
+        suspend=bool(rp.get("suspend", False)),
+        gang_scheduling=rp.get("gangScheduling", "Auto"),
     )

@@ -11,15 +11,19 @@ from __future__ import annotations
 import json
 import logging
 import uuid
-from datetime import datetime, timezone
-from typing import Any, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from datetime import UTC, datetime
+from typing import Any
 
 from kubernetes import client, config
-from kubernetes.client.rest import ApiException
+from kubernetes.client.exceptions import ApiException
 
 from dpjob_operator import metrics
 from dpjob_operator.api import constants as c
 from dpjob_operator.k8s.ratelimit import TokenBucket
+
+# (connect, read) seconds for every API call; watches set their own, longer read timeout.
+REQUEST_TIMEOUT = (10, 30)
 
 log = logging.getLogger("dpjob.k8s")
 
@@ -42,7 +46,10 @@ class KubeClient:
         self.custom = client.CustomObjectsApi(api)
         self._bucket = TokenBucket(qps, burst)
 
-    def _call(self, verb: str, fn, *args, **kwargs):
+    def _call(self, verb: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        # client-go's rule: no call without a deadline. A hung TCP connection (an API server that
+        # vanished behind a load balancer) would otherwise hold a worker forever.
+        kwargs.setdefault("_request_timeout", REQUEST_TIMEOUT)
         waited = self._bucket.acquire()
         metrics.RATE_LIMITER_WAIT.labels(verb).observe(waited)
         try:
@@ -80,9 +87,9 @@ class KubeClient:
                 return False
             raise
 
-    def list_pods_raw(self, label_selector: str, namespace: str | None = None) -> tuple[list[dict], str]:
+    def list_pods_raw(self, label_selector: str, namespace: str | None = None) -> tuple[list[dict[str, Any]], str]:
         """List pods as raw dicts (no model deserialization), paginated; returns (items, resourceVersion)."""
-        items: list[dict] = []
+        items: list[dict[str, Any]] = []
         token = None
         while True:
             kwargs: dict[str, Any] = {"label_selector": label_selector, "limit": 500, "_preload_content": False}
@@ -99,7 +106,7 @@ class KubeClient:
                 return items, data["metadata"]["resourceVersion"]
 
     def watch_pods_raw(self, label_selector: str, resource_version: str, namespace: str | None = None,
-                       timeout_seconds: int = 300) -> Iterator[dict]:
+                       timeout_seconds: int = 300) -> Iterator[dict[str, Any]]:
         """Yield raw watch events ({type, object}) until the server closes the stream."""
         kwargs: dict[str, Any] = {"label_selector": label_selector, "watch": True,
                                   "resource_version": resource_version, "allow_watch_bookmarks": True,
@@ -125,8 +132,9 @@ class KubeClient:
     def create_if_absent(self, obj: Mapping[str, Any]) -> bool:
         kind = obj["kind"]
         ns = obj["metadata"]["namespace"]
-        fn = {"Service": self.core.create_namespaced_service,
-              "ConfigMap": self.core.create_namespaced_config_map}[kind]
+        creators: dict[str, Callable[..., Any]] = {"Service": self.core.create_namespaced_service,
+                                                   "ConfigMap": self.core.create_namespaced_config_map}
+        fn = creators[kind]
         try:
             self._call("POST", fn, ns, obj, _preload_content=False)
             return True
@@ -163,7 +171,7 @@ class KubeClient:
             raise
         return any(r.get("name") == plural for r in json.loads(resp.data).get("resources") or [])
 
-    def get_object(self, group: str, version: str, plural: str, namespace: str, name: str) -> dict | None:
+    def get_object(self, group: str, version: str, plural: str, namespace: str, name: str) -> dict[str, Any] | None:
         try:
             resp = self._call("GET", self.custom.get_namespaced_custom_object, group, version, namespace, plural,
                               name, _preload_content=False)
@@ -171,7 +179,8 @@ class KubeClient:
             if e.status == 404:
                 return None
             raise
-        return json.loads(resp.data)
+        found: dict[str, Any] = json.loads(resp.data)
+        return found
 
     def create_object(self, group: str, version: str, plural: str, obj: Mapping[str, Any]) -> bool:
         """Create; False when it already exists."""
@@ -211,7 +220,8 @@ class KubeClient:
         """Merge-patch the status subresource; returns the job as the server stored it."""
         resp = self._call("PATCH", self.custom.patch_namespaced_custom_object_status, c.GROUP, c.VERSION,
                           namespace, c.PLURAL, name, {"status": status}, _preload_content=False)
-        return json.loads(resp.data)
+        stored: dict[str, Any] = json.loads(resp.data)
+        return stored
 
     def delete_job(self, namespace: str, name: str) -> None:
         try:
@@ -224,7 +234,7 @@ class KubeClient:
     def post_event(self, job: Mapping[str, Any], type_: str, reason: str, message: str) -> None:
         """A core/v1 Event on the job (what `kubectl describe dpj` shows)."""
         meta = job["metadata"]
-        now = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+        now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
         event = {
             "apiVersion": "v1", "kind": "Event",
             "metadata": {"name": f"{meta['name']}.{uuid.uuid4().hex[:12]}", "namespace": meta["namespace"]},

@@ -16,13 +16,14 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from typing import Callable
+from collections.abc import Callable
+from typing import Any
 
-from kubernetes.client.rest import ApiException
+from kubernetes.client.exceptions import ApiException
 
 from dpjob_operator.api import constants as c
+from dpjob_operator.api.observed import PodObservation, observe_pod
 from dpjob_operator.k8s.client import KubeClient
-from dpjob_operator.reconcile.observe import PodObservation, observe_pod
 
 log = logging.getLogger("dpjob.podcache")
 SELECTOR = f"{c.LABEL_MANAGED_BY}={c.MANAGED_BY},{c.LABEL_JOB}"
@@ -58,7 +59,7 @@ class PodCache:
 
     # ---- writing --------------------------------------------------------------------------
 
-    def _apply(self, event_type: str, pod: dict) -> JobKey | None:
+    def _apply(self, event_type: str, pod: dict[str, Any]) -> JobKey | None:
         meta = pod.get("metadata") or {}
         ns, name = meta.get("namespace", ""), meta.get("name", "")
         job = (meta.get("labels") or {}).get(c.LABEL_JOB)
@@ -77,18 +78,26 @@ class PodCache:
                     pods[name] = obs
         return key
 
-    def _replace_namespace(self, namespace: str | None, items: list[dict]) -> set[JobKey]:
-        """After a (re)list: drop what vanished while we were not watching, then load the list."""
-        touched: set[JobKey] = set()
-        with self._lock:
-            for key in [k for k in self._by_job if namespace is None or k[0] == namespace]:
-                touched.add(key)
-                del self._by_job[key]
+    def _replace_namespace(self, namespace: str | None, items: list[dict[str, Any]]) -> set[JobKey]:
+        """After a (re)list: swap in what the list says, dropping what vanished while not watching.
+
+        The new view is built aside and swapped in under the lock in one step (client-go's
+        Replace): a reader never sees a namespace half-loaded, which would look like missing
+        ranks and make the planner create pods that exist.
+        """
+        fresh: dict[JobKey, dict[str, PodObservation]] = {}
         for pod in items:
-            key = self._apply("ADDED", pod)
-            if key:
-                touched.add(key)
-        return touched
+            meta = pod.get("metadata") or {}
+            job = str((meta.get("labels") or {}).get(c.LABEL_JOB) or "")
+            obs = observe_pod(pod) if job else None
+            if obs is not None:
+                fresh.setdefault((str(meta.get("namespace", "")), job), {})[obs.name] = obs
+        with self._lock:
+            gone = {k for k in self._by_job if namespace is None or k[0] == namespace}
+            for key in gone:
+                del self._by_job[key]
+            self._by_job.update(fresh)
+        return gone | set(fresh)
 
     # ---- the watch loop -------------------------------------------------------------------
 
@@ -121,9 +130,9 @@ class PodCache:
                         rv = (obj.get("metadata") or {}).get("resourceVersion", rv)
                         if etype == "BOOKMARK":
                             continue
-                        key = self._apply(etype, obj)
-                        if key:
-                            self._on_change(*key)
+                        changed = self._apply(str(etype), obj)
+                        if changed:
+                            self._on_change(*changed)
                         if self._stop.is_set():
                             return
             except _Relist:
@@ -134,7 +143,7 @@ class PodCache:
                 log.warning("pod watch failed (%s); retrying in %.1fs", e, backoff)
                 self._stop.wait(backoff)
                 backoff = min(backoff * 2, 30.0)
-            except Exception:  # noqa: BLE001 - the watch must never die silently
+            except Exception:
                 log.exception("pod watch crashed; retrying in %.1fs", backoff)
                 self._stop.wait(backoff)
                 backoff = min(backoff * 2, 30.0)

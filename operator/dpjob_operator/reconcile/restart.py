@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from dpjob_operator.api.observed import PodObservation
 from dpjob_operator.api.spec import RunPolicy
-from dpjob_operator.reconcile.observe import PodObservation
+from dpjob_operator.reconcile.rootcause import lost_peer
 
 
 @dataclass(frozen=True)
@@ -30,7 +31,8 @@ def decide_failure(policy: RunPolicy, pod: PodObservation, failure_restarts: int
       restart, never charged to backoffLimit, so preemption does not look like a crash.
     - ``Never``: any failure fails the job.
     - ``ExitCode``: 1-127 are permanent (a bug or bad input), >= 128 (signals: OOM kill 137,
-      SIGTERM 143) and unknown codes are retryable.
+      SIGTERM 143) and unknown codes are retryable; so is a trainer's "lost a peer" exit (75),
+      which only says that another rank died.
     - ``OnFailure``: every failure is retryable.
     A retryable failure fails the job once ``failure_restarts`` reached ``backoffLimit``.
     """
@@ -39,7 +41,8 @@ def decide_failure(policy: RunPolicy, pod: PodObservation, failure_restarts: int
         return FailureDecision(True, False, "Preempted", f"{what}: disrupted, restarting the gang")
     if policy.restart_policy == "Never":
         return FailureDecision(False, True, "RankFailed", f"{what}; restartPolicy is Never")
-    if policy.restart_policy == "ExitCode" and pod.exit_code is not None and 0 < pod.exit_code < 128:
+    if policy.restart_policy == "ExitCode" and pod.exit_code is not None and 0 < pod.exit_code < 128 \
+            and not lost_peer(pod):
         return FailureDecision(False, True, "PermanentError",
                                f"{what}; exit codes 1-127 are permanent under restartPolicy ExitCode")
     if failure_restarts >= policy.backoff_limit:

@@ -1,0 +1,131 @@
+"""The Python API, for notebooks and scripts: the same verbs as the CLI, which is built on it.
+
+    from dpjob_cli import Client
+    job = Client().run("train.py", ["--epochs", "3"], replicas=2)
+    for line in job.logs(all_ranks=True, follow=True):
+        print(line)
+    job.wait()            # "Succeeded" or "Failed"; raise_on_failure=True raises JobFailedError
+    job.status()["ranks"]
+    job.delete()
+
+Errors are ``dpjob_cli.errors.CliError`` (with ``.code`` and a one-line ``.message``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+from dpjob_cli.errors import CliError, JobFailedError
+from dpjob_cli.explain import explain_file
+from dpjob_cli.kube import Kube
+from dpjob_cli.logs import LogFollower, job_selector, read_logs, select_pods
+from dpjob_cli.manifest import RunOptions
+from dpjob_cli.run import PhaseWatch, plan_run, submit
+from dpjob_cli.status import failure_summary, list_row, parse_progress, status_view
+from dpjob_operator.api import constants as c
+
+PROGRESS_TAIL = 50  # log lines of rank 0 searched for the last "step" event
+
+
+class JobHandle:
+    """One DataParallelJob: its status, logs, result, deletion."""
+
+    def __init__(self, kube: Kube, namespace: str, name: str) -> None:
+        self.kube, self.namespace, self.name = kube, namespace, name
+
+    def __repr__(self) -> str:
+        return f"JobHandle({self.namespace}/{self.name})"
+
+    def get(self) -> dict[str, Any]:
+        """The job object as the API server has it."""
+        return self.kube.get_job(self.namespace, self.name)
+
+    def phase(self) -> str:
+        return str((self.get().get("status") or {}).get("phase", "Pending"))
+
+    def _progress(self, pods: list[dict[str, Any]]) -> dict[str, Any] | None:
+        rank0 = select_pods(pods, {0})
+        if not rank0:
+            return None
+        try:
+            text = self.kube.read_log(self.namespace, rank0[0]["metadata"]["name"], c.TRAINER_CONTAINER,
+                                      tail=PROGRESS_TAIL)
+        except CliError:
+            return None  # not started, or already gone: progress is optional
+        return parse_progress(text)
+
+    def status(self) -> dict[str, Any]:
+        """Phase, conditions, restarts, the per-rank table and, when the log has it, training progress."""
+        job = self.get()
+        pods = self.kube.list_pods(self.namespace, job_selector(self.name))
+        return status_view(job, pods, self._progress(pods))
+
+    def wait(self, timeout: float | None = None, poll: float = 2.0, raise_on_failure: bool = False,
+             on_change: Callable[[dict[str, Any]], None] | None = None) -> str:
+        """Block until Succeeded or Failed and return the phase; ``WaitTimeoutError`` after ``timeout`` s."""
+        job = PhaseWatch(self.kube, self.namespace, self.name, timeout, on_change).wait(poll)
+        phase = str(job["status"]["phase"])
+        if raise_on_failure and phase == "Failed":
+            raise JobFailedError(f"job {self.name} failed: {failure_summary(job)}")
+        return phase
+
+    def logs(self, rank: int | None = None, all_ranks: bool = False, follow: bool = False,
+             timeout: float | None = None,
+             on_change: Callable[[dict[str, Any]], None] | None = None) -> Iterator[str]:
+        """Lines of rank ``rank`` (default 0), or of every rank with a ``[rank N]`` prefix.
+
+        ``follow`` streams until the job finishes, across gang restarts; ``on_change`` hears of
+        every new phase; ``WaitTimeoutError`` after ``timeout`` seconds.
+        """
+        ranks = None if all_ranks else {0 if rank is None else rank}
+        if not follow:
+            yield from read_logs(self.kube, self.namespace, self.name, ranks, prefix=all_ranks)
+            return
+        self.get()  # an unknown job fails now, with its one-line error, not after the first poll
+        watch = PhaseWatch(self.kube, self.namespace, self.name, timeout, on_change)
+        follower = LogFollower(self.kube, self.namespace, self.name, ranks, prefix=all_ranks)
+        yield from follower.lines(watch.finished)
+
+    def delete(self) -> None:
+        """Delete the job; its pods, Service and ConfigMaps go with it (owner references)."""
+        self.kube.delete_job(self.namespace, self.name)
+
+
+class Client:
+    """A cluster and a namespace: ``kubeconfig``/``context`` as kubectl reads them."""
+
+    def __init__(self, namespace: str | None = None, kubeconfig: str | None = None,
+                 context: str | None = None) -> None:
+        self.kube = Kube(kubeconfig, context)
+        self.namespace = namespace or self.kube.default_namespace
+
+    def run(self, script: str, args: Sequence[str] = (), *, directory: str | None = None,
+            requirements: str | None = None, **options: Any) -> JobHandle:
+        """Pack ``script`` (or ``directory`` around it), create the job, return its handle at once.
+
+        ``options``: replicas, procs, accelerator, framework, image, name, env (dict), cpu, memory,
+        backoff_limit, in_image (the fields of ``manifest.RunOptions``).
+        """
+        env = tuple((options.pop("env") or {}).items()) if "env" in options else ()
+        opts = RunOptions(script=script, args=tuple(args), namespace=self.namespace, env=env, **options)
+        plan = plan_run(opts, Path(directory) if directory else None, Path(requirements) if requirements else None)
+        created = submit(self.kube, plan)
+        return JobHandle(self.kube, self.namespace, created["metadata"]["name"])
+
+    def job(self, name: str) -> JobHandle:
+        """A handle on an existing job (``CliError`` NOT_FOUND when there is none)."""
+        handle = JobHandle(self.kube, self.namespace, name)
+        handle.get()
+        return handle
+
+    def list_jobs(self, all_namespaces: bool = False) -> list[dict[str, Any]]:
+        """``kubectl get dpj`` as data: one row per job."""
+        jobs = self.kube.list_jobs(None if all_namespaces else self.namespace)
+        return [list_row(j) for j in sorted(jobs, key=lambda j: (j["metadata"].get("namespace", ""),
+                                                                  j["metadata"]["name"]))]
+
+    def explain(self, path: str, all_ranks: bool = False) -> list[dict[str, Any]]:
+        """Validate a job file on the server and show what the operator would create (nothing is created)."""
+        return explain_file(Path(path), self.namespace, self.kube, all_ranks)

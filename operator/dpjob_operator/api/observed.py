@@ -1,0 +1,150 @@
+"""What the operator knows about one rank pod, extracted from the API object (pure).
+
+The pod cache keeps only these small records, not whole pod bodies: the API server's
+managedFields alone would make a 1,000-rank job's cache grow by megabytes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from dpjob_operator.api import constants as c
+
+DISRUPTION_REASONS = frozenset({"Evicted", "Preempting", "Preempted", "Shutdown", "NodeShutdown", "Terminated",
+                                "DeletionByTaintManager", "TerminationByKubelet"})
+
+
+@dataclass(frozen=True)
+class PodObservation:
+    name: str
+    uid: str
+    index: int
+    restart: int
+    phase: str
+    ready: bool = False
+    deleting: bool = False
+    node: str | None = None
+    pod_ip: str | None = None
+    host_ip: str | None = None
+    exit_code: int | None = None
+    reason: str | None = None
+    message: str | None = None
+    disrupted: bool = False
+    unschedulable: str | None = None  # the scheduler's message when PodScheduled=False/Unschedulable
+    replicas_annotation: int | None = None
+    pod_group: str | None = None  # spec.schedulingGroup.podGroupName: the gang it was created into
+    annotations: Mapping[str, str] = field(default_factory=dict)
+    # When the trainer container terminated (RFC 3339, whole seconds): the first rank to die is
+    # the root cause, the others usually lost it as a peer (see reconcile/rootcause.py).
+    finished_at: str | None = None
+    # The uid of the pod's controller (ownerReferences[controller=true]); a job claims only
+    # pods whose controller is the job itself (see reconcile/claims.py).
+    owner_uid: str | None = None
+
+    @property
+    def active(self) -> bool:
+        return not self.deleting and self.phase in ("Pending", "Running", "Unknown")
+
+
+def _int(value: Any, default: int = -1) -> int:
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return default
+
+
+def _termination(status: Mapping[str, Any]) -> tuple[int | None, str | None, str | None, str | None]:
+    """(exit code, reason, message, finishedAt) of the container that decides the rank's fate.
+
+    The trainer's exit code is the one that matters; otherwise the first non-zero.
+    """
+    exit_code: int | None = None
+    finished_at: str | None = None
+    reason: str | None = status.get("reason")
+    message: str | None = status.get("message")
+    statuses = status.get("containerStatuses") or []
+    ordered = sorted(statuses, key=lambda s: s.get("name") != c.TRAINER_CONTAINER)
+    for cs in ordered:
+        term = (cs.get("state") or {}).get("terminated") or (cs.get("lastState") or {}).get("terminated")
+        if term is None:
+            continue
+        code = term.get("exitCode")
+        if exit_code is None or (exit_code == 0 and code):
+            exit_code = code
+            reason = term.get("reason") or reason
+            message = term.get("message") or message
+            finished_at = term.get("finishedAt") or finished_at
+        if cs.get("name") == c.TRAINER_CONTAINER and code:
+            break
+    return exit_code, reason, message, finished_at
+
+
+def _controller_uid(meta: Mapping[str, Any]) -> str | None:
+    refs = meta.get("ownerReferences") or []
+    return next((str(r.get("uid")) for r in refs if r.get("controller")), None)
+
+
+def observe_pod(pod: Mapping[str, Any]) -> PodObservation | None:
+    """Reduce a pod dict (camelCase, as the API serves it) to a ``PodObservation``.
+
+    Returns None for a pod without our rank label: it is not ours to reason about.
+    """
+    meta = pod.get("metadata") or {}
+    labels = meta.get("labels") or {}
+    if c.LABEL_RANK not in labels:
+        return None
+    status = pod.get("status") or {}
+    conditions = status.get("conditions") or []
+    ready = any(cd.get("type") == "Ready" and cd.get("status") == "True" for cd in conditions)
+    disrupted = any(cd.get("type") == "DisruptionTarget" and cd.get("status") == "True" for cd in conditions)
+    unschedulable = next((cd.get("message") or "Unschedulable" for cd in conditions
+                          if cd.get("type") == "PodScheduled" and cd.get("reason") == "Unschedulable"), None)
+    exit_code, reason, message, finished_at = _termination(status)
+    if reason in DISRUPTION_REASONS:
+        disrupted = True
+    annotations = meta.get("annotations") or {}
+    return PodObservation(
+        name=meta.get("name", ""),
+        uid=meta.get("uid", ""),
+        index=_int(labels.get(c.LABEL_RANK)),
+        restart=_int(labels.get(c.LABEL_RESTART), 0),
+        phase=status.get("phase") or "Pending",
+        ready=ready,
+        deleting=bool(meta.get("deletionTimestamp")),
+        node=(pod.get("spec") or {}).get("nodeName"),
+        pod_ip=status.get("podIP"),
+        host_ip=status.get("hostIP"),
+        exit_code=exit_code,
+        reason=reason,
+        message=message,
+        disrupted=disrupted,
+        unschedulable=unschedulable,
+        replicas_annotation=_int(annotations.get(c.ANNOTATION_REPLICAS), 0) or None,
+        pod_group=((pod.get("spec") or {}).get("schedulingGroup") or {}).get("podGroupName"),
+        finished_at=finished_at,
+        owner_uid=_controller_uid(meta),
+        annotations={k: v for k, v in annotations.items() if k.startswith(("ascend.", "huawei.com/"))},
+    )
+
+
+@dataclass(frozen=True)
+class GangObservation:
+    """Gang scheduling is in effect for this job (see builders.gang)."""
+
+    min_count: int
+    # The scheduler's PodGroupScheduled condition on the current generation's PodGroup, or None
+    # while it has not judged it (or nobody looked, because every rank is already bound).
+    scheduled: Mapping[str, Any] | None = None
+
+
+@dataclass(frozen=True)
+class RankTableOutcome:
+    """What the rank-table builder said about the current gang (None when disabled)."""
+
+    ready: bool
+    reason: str
+    message: str
+    format: str
+    files: Mapping[str, str]

@@ -1,0 +1,150 @@
+"""Plan actions -> API calls, through one handler per action type.
+
+The executor remembers, per job, what it already made sure of (the Service exists, the rank
+table ConfigMaps hold these bytes, this gang's PodGroup exists), so a steady job's resync costs
+no write; ``forget(uid)`` drops it all when the job is deleted. Everything is idempotent on the
+server side too (create-if-absent, 404 on delete is fine), so a lost memo only costs a call.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
+
+from dpjob_operator import metrics
+from dpjob_operator.api.spec import Job
+from dpjob_operator.builders.configmaps import build_ranktable_configmaps
+from dpjob_operator.builders.pods import build_headless_service, build_rank_pod
+from dpjob_operator.config import OperatorConfig
+from dpjob_operator.controller.blocking import Blocking
+from dpjob_operator.controller.gangs import Gangs
+from dpjob_operator.controller.timings import Timings
+from dpjob_operator.k8s import errors
+from dpjob_operator.k8s.client import KubeClient
+from dpjob_operator.reconcile.actions import (
+    ApplyRankTable,
+    CreatePods,
+    DeleteJob,
+    DeletePods,
+    EnsureGang,
+    EnsureService,
+    Plan,
+    ReleaseGang,
+)
+from dpjob_operator.reconcile.refusals import create_refused_message
+
+log = logging.getLogger("dpjob.controller")
+# (job, the action, the plan's gang generation): every handler gets the same three.
+Handler = Callable[[Job, Any, int], Awaitable[None]]
+
+
+class PodCreationFailed(RuntimeError):
+    """Some rank pods could not be created. ``report`` is the message to put in the job's status when
+    the cluster refused the pods themselves and the user has not been told this yet; else None."""
+
+    def __init__(self, failed: int, total: int, server_message: str, report: str | None) -> None:
+        super().__init__(f"{failed} rank pod creation(s) failed: {server_message}")
+        self.report = report
+
+
+class Executor:
+    def __init__(self, cfg: OperatorConfig, kube: KubeClient, blocking: Blocking, gangs: Gangs,
+                 timings: Timings) -> None:
+        self.cfg = cfg
+        self.kube = kube
+        self.blocking = blocking
+        self.gangs = gangs
+        self.timings = timings
+        self._services: set[str] = set()                          # job uids whose Service exists
+        self._tables: dict[tuple[str, str], dict[str, str]] = {}  # (uid, configmap) -> data written
+        self._refusals: dict[str, str] = {}                       # uid -> pod refusal last reported
+        self.handlers: Mapping[type, Handler] = {
+            EnsureService: self._ensure_service,
+            ApplyRankTable: self._apply_rank_table,
+            EnsureGang: self._ensure_gang,
+            ReleaseGang: self._release_gang,
+            CreatePods: self._create_pods,
+            DeletePods: self._delete_pods,
+            DeleteJob: self._delete_job,
+        }
+
+    async def execute(self, job: Job, plan: Plan) -> None:
+        """Every action of ``plan``, in order; the first that raises stops the rest (retried next pass)."""
+        restart = int(plan.status.get("restarts", 0))
+        for action in plan.actions:
+            handler = self.handlers.get(type(action))
+            if handler is None:
+                raise TypeError(f"the executor has no handler for {type(action).__name__}")
+            await handler(job, action, restart)
+
+    def forget(self, uid: str) -> None:
+        """Drop every memo of a deleted job, so a long-lived operator does not grow."""
+        self._services.discard(uid)
+        self._refusals.pop(uid, None)
+        for memo in [k for k in self._tables if k[0] == uid]:
+            del self._tables[memo]
+        self.gangs.forget(uid)
+
+    # ---- one handler per action ------------------------------------------------------------
+
+    async def _ensure_service(self, job: Job, _action: EnsureService, _restart: int) -> None:
+        if job.uid not in self._services:
+            await self.blocking.run(self.kube.create_if_absent, build_headless_service(job))
+            self._services.add(job.uid)
+
+    async def _apply_rank_table(self, job: Job, action: ApplyRankTable, restart: int) -> None:
+        """Write each ConfigMap only when its data differs from what we (or a previous operator) wrote."""
+        for cm in build_ranktable_configmaps(job, action.files, restart):
+            name = cm["metadata"]["name"]
+            memo = (job.uid, name)
+            if memo not in self._tables:
+                current = await self.blocking.run(self.kube.read_configmap_data, job.namespace, name)
+                if current is not None:
+                    self._tables[memo] = current
+            if self._tables.get(memo) != cm["data"]:
+                await self.blocking.run(self.kube.apply_configmap, cm)
+                self._tables[memo] = dict(cm["data"])
+
+    async def _ensure_gang(self, job: Job, action: EnsureGang, _restart: int) -> None:
+        await self.gangs.ensure(job, action)
+
+    async def _release_gang(self, job: Job, _action: ReleaseGang, _restart: int) -> None:
+        await self.gangs.release(job)
+
+    async def _delete_pods(self, job: Job, action: DeletePods, _restart: int) -> None:
+        # A pod that would not go is retried on the next pass (it is still observed, still stale).
+        await self.blocking.bounded([functools.partial(self.kube.delete_pod, job.namespace, name)
+                                     for name in action.names])
+        metrics.PODS_DELETED.labels(action.reason).inc(len(action.names))
+
+    async def _delete_job(self, job: Job, action: DeleteJob, _restart: int) -> None:
+        log.info("deleting %s/%s: %s", job.namespace, job.name, action.reason)
+        await self.blocking.run(self.kube.delete_job, job.namespace, job.name)
+
+    async def _create_pods(self, job: Job, action: CreatePods, _restart: int) -> None:
+        """Create the missing ranks in parallel; a failure raises ``PodCreationFailed`` after all were tried."""
+        pool = self.cfg.pools[job.spec.accelerator]
+        pods = [build_rank_pod(job, i, action.restart, pool, self.cfg.cluster_domain, action.pod_group)
+                for i in action.indexes]
+        self.timings.gang_started(job.uid, action.restart)
+        results = await self.blocking.bounded([functools.partial(self.kube.create_pod, pod) for pod in pods])
+        metrics.PODS_CREATED.inc(sum(1 for r in results if r is True))
+        failures = [r for r in results if isinstance(r, BaseException)]
+        if not failures:
+            self._refusals.pop(job.uid, None)
+            self.timings.gang_created(job.uid, action.restart)
+            return
+        first = failures[0]
+        if errors.is_namespace_terminating(first):
+            raise first  # not the user's template: the namespace is going away
+        server_message = errors.api_message(first)
+        report = None
+        if errors.is_refusal(first):
+            # The cluster refused the pod (quota, admission, invalid template): the user must hear it, once.
+            message = create_refused_message(len(failures), len(pods), server_message)
+            if self._refusals.get(job.uid) != message:
+                self._refusals[job.uid] = message
+                report = message
+        raise PodCreationFailed(len(failures), len(pods), server_message, report)

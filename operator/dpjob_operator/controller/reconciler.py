@@ -1,0 +1,231 @@
+"""The controller: job events and pod changes in, one reconcile pass per queued job key out.
+
+kopf feeds job events in (``job_event``) and the pod cache feeds pod changes in
+(``pod_changed``); both only enqueue the job's key (``workqueue``: deduplicated, one worker per
+key). A worker takes a key and runs one pass: observe (``observer``), plan (pure, in
+``reconcile.planner``), write the status (one patch per pass, and only on change), post the
+events right after that write (so an Event never announces something the status does not say,
+and a failing action cannot lose them), then execute the actions (``executor``). Decisions
+about jobs the planner cannot see (an invalid spec, refused pods) come from
+``reconcile.refusals``; this module only writes them, the same way.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+from dpjob_operator import metrics
+from dpjob_operator.api.spec import Job, SpecError, parse_job
+from dpjob_operator.config import OperatorConfig
+from dpjob_operator.controller.blocking import Blocking
+from dpjob_operator.controller.executor import Executor, PodCreationFailed
+from dpjob_operator.controller.gangs import Gangs
+from dpjob_operator.controller.observer import Observer
+from dpjob_operator.controller.timings import Timings
+from dpjob_operator.controller.workqueue import WorkQueue
+from dpjob_operator.k8s import errors
+from dpjob_operator.k8s.client import KubeClient
+from dpjob_operator.k8s.podcache import PodCache
+from dpjob_operator.reconcile.actions import Event, Plan
+from dpjob_operator.reconcile.planner import next_wakeup, plan_job
+from dpjob_operator.reconcile.refusals import create_refused_status, invalid_spec_status
+
+log = logging.getLogger("dpjob.controller")
+JobKey = tuple[str, str]
+# The scheduler's first verdict on a PodGroup is not watched: look again this soon while it is due.
+VERDICT_POLL_SECONDS = 5.0
+
+
+def _rv(body: dict[str, Any]) -> int:
+    try:
+        return int((body.get("metadata") or {}).get("resourceVersion") or 0)
+    except ValueError:
+        return 0
+
+
+class Controller:
+    def __init__(self, cfg: OperatorConfig, kube: KubeClient, loop: asyncio.AbstractEventLoop) -> None:
+        self.cfg = cfg
+        self.kube = kube
+        self.loop = loop
+        self.blocking = Blocking(loop, cfg.create_concurrency + cfg.workers + 4, cfg.create_concurrency)
+        self.pods = PodCache(kube, self.pod_changed, cfg.namespaces)
+        self.jobs: dict[JobKey, dict[str, Any]] = {}
+        self.queue: WorkQueue[JobKey] = WorkQueue(metrics.CONTROLLER, loop)
+        self.gangs = Gangs(kube, self.blocking)
+        self.timings = Timings()
+        self.observer = Observer(self.pods, self.gangs)
+        self.executor = Executor(cfg, kube, self.blocking, self.gangs, self.timings)
+        self._spec_errors: dict[JobKey, str] = {}  # the InvalidSpec message last reported
+        self._workers: list[asyncio.Task[None]] = []
+        self._collectors = (  # scrape-time gauges over the job cache; a job without a phase yet is Pending
+            metrics.JobsByPhase(lambda: [(b.get("status") or {}).get("phase") or "Pending"
+                                         for b in list(self.jobs.values())]),
+            metrics.JobsUnschedulable(lambda: [b.get("status") or {} for b in list(self.jobs.values())]))
+        for collector in self._collectors:
+            metrics.REGISTRY.register(collector)
+
+    # ---- inputs ---------------------------------------------------------------------------
+
+    def job_event(self, event_type: str | None, body: dict[str, Any]) -> None:
+        meta = body.get("metadata") or {}
+        key = (meta.get("namespace", ""), meta.get("name", ""))
+        if event_type == "DELETED":
+            self.jobs.pop(key, None)
+            self._forget(key, meta.get("uid", ""))
+            return
+        known = self.jobs.get(key)
+        if known is not None and (known.get("metadata") or {}).get("uid") == meta.get("uid") \
+                and _rv(known) > _rv(body):
+            return  # older than what we already hold (our own status patch answered first)
+        self.jobs[key] = body
+        self.enqueue(key)
+
+    def pod_changed(self, namespace: str, job_name: str) -> None:
+        """Called from the pod-watch thread."""
+        self.loop.call_soon_threadsafe(self.enqueue, (namespace, job_name))
+
+    def enqueue(self, key: JobKey, delay: float = 0.0) -> None:
+        self.queue.add_after(key, delay)
+
+    def _forget(self, key: JobKey, uid: str) -> None:
+        """Drop every per-job memo of a deleted job, so a long-lived operator does not grow."""
+        self._spec_errors.pop(key, None)
+        self.queue.forget(key)
+        self.executor.forget(uid)
+        self.timings.forget(uid)
+
+    # ---- lifecycle ------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        await self.gangs.detect(self.cfg.gang_scheduling)
+        self.pods.start()
+        synced = await asyncio.to_thread(self.pods.wait_synced, 120)
+        if not synced:
+            raise RuntimeError("the rank-pod cache did not sync within 120s; is the API server reachable?")
+        self._workers = [asyncio.create_task(self._worker()) for _ in range(self.cfg.workers)]
+        log.info("controller started: %d workers, api qps=%s burst=%s, create concurrency=%d",
+                 self.cfg.workers, self.cfg.api_qps, self.cfg.api_burst, self.cfg.create_concurrency)
+
+    async def stop(self) -> None:
+        self.pods.stop()
+        for task in self._workers:
+            task.cancel()
+        self.queue.shutdown()
+        self.blocking.shutdown()
+        for collector in self._collectors:  # a stopped controller reports no jobs (and can be replaced)
+            metrics.REGISTRY.unregister(collector)
+
+    @property
+    def gangs_supported(self) -> bool:
+        return self.gangs.supported
+
+    async def _worker(self) -> None:
+        while True:
+            key = await self.queue.get()
+            started = time.perf_counter()
+            requeue: float | None = None
+            try:
+                requeue = await self.reconcile(key)
+                self.queue.forget(key)
+                metrics.RECONCILE_TOTAL.labels(metrics.CONTROLLER, "success").inc()
+            except Exception as e:  # noqa: BLE001 - one bad job must not stop the others: count, back off, retry
+                requeue = self._on_error(key, e)
+            finally:
+                metrics.RECONCILE_TIME.labels(metrics.CONTROLLER).observe(time.perf_counter() - started)
+                if not self.queue.done(key) and requeue is not None and key in self.jobs:
+                    self.enqueue(key, requeue)
+
+    def _on_error(self, key: JobKey, e: Exception) -> float:
+        """Count the error and back off exponentially per job, or, when the job's namespace is going
+        away, just look again at the next resync (nothing to fix, nothing to shout about)."""
+        if errors.is_namespace_terminating(e):
+            metrics.RECONCILE_TOTAL.labels(metrics.CONTROLLER, "requeue").inc()
+            return self.cfg.resync_seconds
+        delay = self.queue.backoff(key)
+        metrics.RECONCILE_ERRORS.labels(metrics.CONTROLLER).inc()
+        metrics.RECONCILE_TOTAL.labels(metrics.CONTROLLER, "error").inc()
+        log.warning("reconcile of %s/%s failed (%s); retrying in %.1fs", *key, errors.describe(e), delay,
+                    exc_info=not (errors.is_api_error(e) or isinstance(e, RuntimeError)))
+        return delay
+
+    # ---- one pass ---------------------------------------------------------------------------
+
+    async def reconcile(self, key: JobKey) -> float | None:
+        """One pass over the job; returns when to look again unprompted (None: not until an event)."""
+        body = self.jobs.get(key)
+        if body is None:
+            return None
+        try:
+            job = parse_job(body)
+        except SpecError as e:
+            await self._report_spec_error(key, body, str(e))
+            return None
+        if job.deleting:
+            return None
+        status = dict(body.get("status") or {})
+        now = datetime.now(UTC)
+        seen = await self.observer.observe(job, int(status.get("restarts", 0)))
+        plan = plan_job(job, status, seen.pods, now, self.cfg.pools.get(job.spec.accelerator), seen.rank_table,
+                        seen.gang)
+        if plan.status != status:
+            await self._write_status(key, body, plan.status)
+        await self._post_events(body, plan.events)  # the status now says what they announce
+        await self._execute(key, job, body, plan)
+        self.timings.observe_pass(job, status, plan)
+        return self._look_again_in(job, plan, now, seen.awaiting_verdict)
+
+    def _look_again_in(self, job: Job, plan: Plan, now: datetime, awaiting_verdict: bool) -> float:
+        """The earliest of: the resync period, a time-based decision (deadline, TTL), a policy's own
+        ``wake_after``, and the poll for a gang verdict (a PodGroup is not watched)."""
+        due = [self.cfg.resync_seconds]
+        if awaiting_verdict:
+            due.append(VERDICT_POLL_SECONDS)
+        wake = next_wakeup(job, plan.status, now)
+        if wake is not None:
+            due.append(wake + 0.05)
+        if plan.wake_after is not None:
+            due.append(plan.wake_after + 0.05)
+        return min(due)
+
+    async def _execute(self, key: JobKey, job: Job, body: dict[str, Any], plan: Plan) -> None:
+        """The plan's actions; refused pods are written into the status (then announced) before the
+        failure goes on to the worker's backoff."""
+        try:
+            await self.executor.execute(job, plan)
+        except PodCreationFailed as failure:
+            if failure.report is not None:
+                current = self.jobs.get(key, body)
+                refused = create_refused_status(current.get("status") or {}, failure.report,
+                                                datetime.now(UTC), job.generation)
+                await self._write_status(key, current, refused.status)
+                await self._post_events(body, refused.events)
+            raise
+
+    async def _report_spec_error(self, key: JobKey, body: dict[str, Any], message: str) -> None:
+        if self._spec_errors.get(key) == message:
+            return
+        self._spec_errors[key] = message
+        generation = int((body.get("metadata") or {}).get("generation") or 0)
+        failed = invalid_spec_status(body.get("status") or {}, message, datetime.now(UTC), generation)
+        await self._write_status(key, body, failed.status)
+        await self._post_events(body, failed.events)
+
+    async def _write_status(self, key: JobKey, body: dict[str, Any], status: dict[str, Any]) -> None:
+        meta = body["metadata"]
+        # A merge patch keeps keys it does not name: a field the plan dropped must be sent as null.
+        patch = {**{k: None for k in (body.get("status") or {}) if k not in status}, **status}
+        stored = await self.blocking.run(self.kube.patch_job_status, meta["namespace"], meta["name"], patch)
+        # Hold the server's answer so the next pass does not plan from an older status
+        # (the watch event for this write may arrive after the next pass starts).
+        if self.jobs.get(key) is body:
+            self.jobs[key] = stored
+
+    async def _post_events(self, body: dict[str, Any], events: Sequence[Event]) -> None:
+        for event in events:
+            await self.blocking.run(self.kube.post_event, body, event.type, event.reason, event.message)

@@ -1,0 +1,76 @@
+"""The planner's vocabulary: what a pass may ask the executor to do, and what it returns.
+
+Actions are plain frozen records; the executor maps each type to its API calls through a
+dispatch table, so adding a child object means one action here and one handler there.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True)
+class CreatePods:
+    indexes: tuple[int, ...]
+    restart: int
+    pod_group: str | None = None   # the gang's PodGroup, when gang-scheduled
+
+
+@dataclass(frozen=True)
+class DeletePods:
+    names: tuple[str, ...]
+    reason: str
+
+
+@dataclass(frozen=True)
+class EnsureService:
+    """The headless Service every rank resolves its peers through."""
+
+
+@dataclass(frozen=True)
+class ApplyRankTable:
+    files: Mapping[str, str]
+
+
+@dataclass(frozen=True)
+class DeleteJob:
+    reason: str
+
+
+@dataclass(frozen=True)
+class EnsureGang:
+    """The Workload and this generation's PodGroup exist (older generations' PodGroups go)."""
+
+    restart: int
+    min_count: int
+
+
+@dataclass(frozen=True)
+class ReleaseGang:
+    """No PodGroup or Workload of the job remains (terminal or suspended: nothing to schedule)."""
+
+
+Action = CreatePods | DeletePods | EnsureService | ApplyRankTable | DeleteJob | EnsureGang | ReleaseGang
+
+
+@dataclass(frozen=True)
+class Event:
+    type: str      # Normal | Warning
+    reason: str
+    message: str
+
+
+@dataclass
+class Plan:
+    """One pass's decision: the status to write first, then the actions, then the events.
+
+    ``wake_after``: seconds after which the job must be looked at again even if nothing changes
+    (a policy waiting for something time-bound, e.g. the root cause of a failure).
+    """
+
+    status: dict[str, Any]
+    actions: list[Action] = field(default_factory=list)
+    events: list[Event] = field(default_factory=list)
+    wake_after: float | None = None

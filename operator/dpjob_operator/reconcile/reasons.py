@@ -1,0 +1,50 @@
+"""Every phase, condition type and reason the planner writes: one home, named constants.
+
+Users match on these (``kubectl wait --for=condition=...``, alerts on ``reason``), so they are
+API: a rename is a breaking change, and a typo in one policy file must not invent a new reason.
+"""
+
+from __future__ import annotations
+
+# Phases
+PENDING = "Pending"
+CREATED = "Created"
+RUNNING = "Running"
+RESTARTING = "Restarting"
+SUSPENDED = "Suspended"
+SUCCEEDED = "Succeeded"
+FAILED = "Failed"
+TERMINAL = (SUCCEEDED, FAILED)
+
+# Condition types (besides the phases Created, Running, Restarting, Suspended, Succeeded, Failed)
+POOL_AVAILABLE = "PoolAvailable"
+PODS_SCHEDULED = "PodsScheduled"
+RANK_TABLE_READY = "RankTableReady"
+
+# Reasons
+ACCEPTED = "Accepted"
+POOL_NOT_CONFIGURED = "PoolNotConfigured"
+POOL_CONFIGURED = "PoolConfigured"
+RESUMED = "Resumed"
+CREATING = "Creating"
+PODS_CREATED = "PodsCreated"
+ALL_RANKS_RUNNING = "AllRanksRunning"
+RECOVERED = "Recovered"
+JOB_SUCCEEDED = "JobSucceeded"
+DEADLINE_EXCEEDED = "DeadlineExceeded"
+RESIZED = "Resized"
+POD_DELETED = "PodDeleted"
+PREEMPTED = "Preempted"
+RANK_FAILED = "RankFailed"
+PERMANENT_ERROR = "PermanentError"
+BACKOFF_LIMIT_EXCEEDED = "BackoffLimitExceeded"
+GANG_RESTART = "GangRestart"
+GANG_UNSCHEDULABLE = "GangUnschedulable"
+UNSCHEDULABLE = "Unschedulable"
+SCHEDULED = "Scheduled"
+STALE_GENERATION = "StaleGeneration"
+SCALED_DOWN = "ScaledDown"
+INVALID_SPEC = "InvalidSpec"
+FAILED_CREATE_POD = "FailedCreatePod"
+AWAITING_ROOT_CAUSE = "AwaitingRootCause"
+POD_NAME_CONFLICT = "PodNameConflict"

@@ -1,0 +1,47 @@
+"""Status for a job the operator cannot act on: an invalid spec, or rank pods the cluster refused.
+
+Both are decided outside ``plan_job`` (an invalid spec never parses into a ``Job``; a refusal is
+only known after the create call), yet they are status decisions like any other, so they live
+here, pure, and the controller only writes what these return and then posts the event. Each
+returns a ``Plan`` without actions: the new status and the Event announcing it.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping
+from datetime import datetime
+from typing import Any
+
+from dpjob_operator.api.timestamps import iso
+from dpjob_operator.reconcile import reasons as r
+from dpjob_operator.reconcile.actions import Event, Plan
+from dpjob_operator.reconcile.conditions import set_condition
+
+
+def invalid_spec_status(body_status: Mapping[str, Any], message: str, now: datetime, generation: int) -> Plan:
+    """The job is Failed for good: its spec cannot be read, and the message says which field to fix.
+
+    Terminal (``completionTime`` set) because no retry can help until the user edits the spec.
+    """
+    now_s = iso(now)
+    status = copy.deepcopy(dict(body_status))
+    status["conditions"] = set_condition(status.get("conditions") or [], r.FAILED, True, r.INVALID_SPEC, message,
+                                         now_s, generation)
+    status.update(phase=r.FAILED, reason=r.INVALID_SPEC, message=message, completionTime=now_s)
+    return Plan(status, [], [Event("Warning", r.INVALID_SPEC, message)])
+
+
+def create_refused_message(failed: int, total: int, server_message: str) -> str:
+    """What the user reads: how many ranks were refused, and the API server's own reason."""
+    return f"creating rank pods failed ({failed} of {total}): {server_message}"
+
+
+def create_refused_status(body_status: Mapping[str, Any], message: str, now: datetime, generation: int) -> Plan:
+    """``Created=False/FailedCreatePod``: the cluster refused the rank pods (quota, admission, an invalid
+    template). The phase is left alone: the controller keeps retrying with backoff, and the pods appear
+    as soon as the user (or the admin) fixes the cause."""
+    status = copy.deepcopy(dict(body_status))
+    status["conditions"] = set_condition(status.get("conditions") or [], r.CREATED, False, r.FAILED_CREATE_POD,
+                                         message, iso(now), generation)
+    return Plan(status, [], [Event("Warning", r.FAILED_CREATE_POD, message)])

@@ -1,0 +1,109 @@
+"""The executor on the real API server: a plan's actions become exactly these objects.
+
+mpi-operator's habit: for a given plan, assert the objects the sync produced, owned by the job
+(by UID, as controller), and nothing else. No operator runs meanwhile, so every object seen
+here was made by the executor under test.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+
+from dpjob_operator.api.observed import RankTableOutcome, observe_pod
+from dpjob_operator.api.pools import DEFAULT_POOLS
+from dpjob_operator.api.spec import Job, parse_job
+from dpjob_operator.builders.configmaps import build_job_rank_tables
+from dpjob_operator.config import OperatorConfig
+from dpjob_operator.controller.blocking import Blocking
+from dpjob_operator.controller.executor import Executor
+from dpjob_operator.controller.gangs import Gangs
+from dpjob_operator.controller.timings import Timings
+from dpjob_operator.k8s.client import KubeClient
+from dpjob_operator.reconcile.actions import CreatePods, DeletePods, EnsureService, Plan
+from dpjob_operator.reconcile.planner import plan_job
+from tests.support import cluster as dpj
+from tests.support.builders import JobBuilder
+
+pytestmark = pytest.mark.integration
+
+
+class Harness:
+    """A real KubeClient and Executor, driven one plan at a time."""
+
+    def __init__(self, api: Any) -> None:
+        self.loop = asyncio.new_event_loop()
+        kube = KubeClient(api, qps=50, burst=100)
+        blocking = Blocking(self.loop, max_workers=4, concurrency=8)
+        self.executor = Executor(OperatorConfig(), kube, blocking, Gangs(kube, blocking), Timings())
+
+    def run(self, job: Job, plan: Plan) -> None:
+        self.loop.run_until_complete(self.executor.execute(job, plan))
+
+
+@pytest.fixture
+def harness(api: Any, _operator_process: Any) -> Iterator[Harness]:
+    from devcluster import stack
+
+    _operator_process.stop()  # nobody else may act on the job: what exists is the executor's doing
+    stack.scale_operator(0)
+    h = Harness(api)
+    yield h
+    h.loop.close()
+
+
+def _created_job(api: Any, namespace: str, replicas: int) -> Job:
+    body = JobBuilder("exec", namespace).replicas(replicas).set("runPolicy", {"gangScheduling": "Disabled"}).obj()
+    return parse_job(dpj.create(api, namespace, body))
+
+
+def _owned_by(obj: Any, job: Job) -> bool:
+    refs = obj.metadata.owner_references or []
+    return [(r.uid, r.controller, r.kind) for r in refs] == [(job.uid, True, "DataParallelJob")]
+
+
+def test_a_new_jobs_plan_creates_its_service_rank_table_and_rank_pods(api, core, namespace, harness):
+    job = _created_job(api, namespace, replicas=3)
+    table = build_job_rank_tables(job, 0, [])
+    outcome = RankTableOutcome(table.ready, table.reason, table.message, table.version, table.files)
+    plan = plan_job(job, {}, [], datetime.now(UTC), DEFAULT_POOLS["cpu"], outcome)
+    kinds = [type(a).__name__ for a in plan.actions]
+    assert kinds == ["ApplyRankTable", "EnsureService", "CreatePods"], kinds
+    harness.run(job, plan)
+
+    svc = core.read_namespaced_service("exec", namespace)
+    assert svc.spec.cluster_ip == "None" and _owned_by(svc, job)
+    cms = core.list_namespaced_config_map(namespace, label_selector="dpjob.io/job-name=exec").items
+    assert [cm.metadata.name for cm in cms] == ["exec-ranktable"] and _owned_by(cms[0], job)
+    pods = sorted(dpj.rank_pods(core, namespace, "exec"), key=lambda p: p.metadata.name)
+    assert [p.metadata.name for p in pods] == ["exec-rank-0", "exec-rank-1", "exec-rank-2"]
+    assert all(_owned_by(p, job) for p in pods)
+    assert [dpj.env_of(p)["RANK"] for p in pods] == ["0", "1", "2"]
+    assert {p.metadata.labels["dpjob.io/restart"] for p in pods} == {"0"}
+
+
+def test_replaying_the_plan_creates_nothing_twice_and_deletes_only_named_pods(api, core, namespace, harness):
+    job = _created_job(api, namespace, replicas=2)
+    harness.run(job, Plan({}, [EnsureService(), CreatePods((0, 1), 0)]))
+    first = {p.metadata.name: p.metadata.uid for p in dpj.rank_pods(core, namespace, "exec")}
+    harness.run(job, Plan({}, [EnsureService(), CreatePods((0, 1), 0)]))  # 409s are not errors
+    again = {p.metadata.name: p.metadata.uid for p in dpj.rank_pods(core, namespace, "exec")}
+    assert again == first
+
+    harness.run(job, Plan({}, [DeletePods(("exec-rank-1",), "test")]))
+    left = {p.metadata.name: bool(p.metadata.deletion_timestamp) for p in dpj.rank_pods(core, namespace, "exec")}
+    assert left.get("exec-rank-0") is False and left.get("exec-rank-1", True) is True
+
+
+def test_observed_pods_round_trip_into_the_planner(api, core, namespace, harness):
+    """What the executor created, observed back, is a gang the planner does not recreate."""
+    job = _created_job(api, namespace, replicas=2)
+    harness.run(job, Plan({}, [CreatePods((0, 1), 0)]))
+    raw = core.api_client.sanitize_for_serialization(dpj.rank_pods(core, namespace, "exec"))
+    observed = [o for o in (observe_pod(p) for p in raw) if o is not None]
+    plan = plan_job(job, {"restarts": 0}, observed, datetime.now(UTC), DEFAULT_POOLS["cpu"])
+    assert not any(isinstance(a, CreatePods) for a in plan.actions)

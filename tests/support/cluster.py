@@ -1,0 +1,114 @@
+"""Helpers that talk to the real API server: kubectl, DataParallelJob CRUD, status, rank pods, events.
+
+Tests drive the operator the way a user does (create a job, watch its status and pods), so these
+helpers use the official client and the cluster's own kubectl against the dev cluster, never a
+fake. Every wait here goes through ``waits.wait_until`` and names what it waits for.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from collections.abc import Callable
+from typing import Any
+
+from kubernetes import client
+
+from tests.support.paths import DEVCLUSTER, KUBECONFIG
+from tests.support.waits import wait_until
+
+GROUP, VERSION, PLURAL = "dpjob.io", "v1alpha1", "dataparalleljobs"
+JOB_LABEL, RANK_LABEL, RESTART_LABEL = "dpjob.io/job-name", "dpjob.io/rank", "dpjob.io/restart"
+
+
+def kubectl(*args: str, stdin: str | None = None, check: bool = True) -> subprocess.CompletedProcess[str]:
+    """Run the cluster's own kubectl (built from the same Kubernetes release) against the dev cluster."""
+    return subprocess.run([str(DEVCLUSTER / "bin" / "kubectl"), "--kubeconfig", str(KUBECONFIG), *args],
+                          input=stdin, capture_output=True, text=True, check=check)
+
+
+def _jobs(api: client.ApiClient) -> Any:
+    return client.CustomObjectsApi(api)
+
+
+def create(api: client.ApiClient, namespace: str, body: dict[str, Any]) -> dict[str, Any]:
+    """Create a DataParallelJob (``JobBuilder(...).obj()`` or a parsed example)."""
+    created: dict[str, Any] = _jobs(api).create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, body)
+    return created
+
+
+def get(api: client.ApiClient, namespace: str, name: str) -> dict[str, Any]:
+    found: dict[str, Any] = _jobs(api).get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name)
+    return found
+
+
+def list_jobs(api: client.ApiClient, namespace: str) -> list[dict[str, Any]]:
+    items: list[dict[str, Any]] = _jobs(api).list_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL)["items"]
+    return items
+
+
+def patch(api: client.ApiClient, namespace: str, name: str, body: dict[str, Any]) -> dict[str, Any]:
+    """A merge patch of the job, as ``kubectl patch --type=merge`` would send."""
+    patched: dict[str, Any] = _jobs(api).patch_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name, body)
+    return patched
+
+
+def delete(api: client.ApiClient, namespace: str, name: str) -> None:
+    _jobs(api).delete_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name)
+
+
+def status(api: client.ApiClient, namespace: str, name: str) -> dict[str, Any]:
+    """The job's status, ``{}`` before the operator first writes one."""
+    return get(api, namespace, name).get("status") or {}
+
+
+def wait_status(api: client.ApiClient, namespace: str, name: str, ok: Callable[[dict[str, Any]], bool], *,
+                what: str, timeout: float = 30) -> dict[str, Any]:
+    """The job's status once ``ok(status)`` holds; fails naming ``what`` and the last status seen."""
+    def check() -> dict[str, Any] | None:
+        st = status(api, namespace, name)
+        return st if ok(st) else None
+    found: dict[str, Any] = wait_until(check, timeout, what=f"{namespace}/{name}: {what}")
+    return found
+
+
+def wait_phase(api: client.ApiClient, namespace: str, name: str, phase: str, timeout: float = 60) -> dict[str, Any]:
+    """The job's status once it reaches ``phase``."""
+    return wait_status(api, namespace, name, lambda st: st.get("phase") == phase, what=f"phase {phase}",
+                       timeout=timeout)
+
+
+def rank_pods(core: client.CoreV1Api, namespace: str, name: str) -> list[Any]:
+    """The job's rank pods (every restart's, terminating ones included), sorted by rank."""
+    pods = core.list_namespaced_pod(namespace, label_selector=f"{JOB_LABEL}={name}").items
+    return sorted(pods, key=lambda p: int(p.metadata.labels[RANK_LABEL]))
+
+
+def wait_pods(core: client.CoreV1Api, namespace: str, name: str, count: int, phase: str = "Running",
+              restart: int | None = None, timeout: float = 60) -> list[Any]:
+    """Exactly ``count`` live rank pods of the job (of restart ``restart`` if given), all in ``phase``."""
+    def ok() -> list[Any] | None:
+        pods = [p for p in rank_pods(core, namespace, name) if not p.metadata.deletion_timestamp]
+        if restart is not None:
+            pods = [p for p in pods if p.metadata.labels[RESTART_LABEL] == str(restart)]
+        return pods if len(pods) == count and all(p.status.phase == phase for p in pods) else None
+    found: list[Any] = wait_until(ok, timeout, what=f"{count} {phase} pods of {namespace}/{name}")
+    return found
+
+
+def env_of(pod: Any, container: str = "trainer") -> dict[str, str]:
+    """A container's literal environment (``value`` entries) as a dict."""
+    ctr = next(c for c in pod.spec.containers if c.name == container)
+    return {e.name: e.value for e in ctr.env or []}
+
+
+def events(namespace: str, name: str) -> list[dict[str, Any]]:
+    """The events whose involved object is named ``name`` (the job's, as ``kubectl describe`` shows)."""
+    out = kubectl("get", "events", "-n", namespace, "--field-selector", f"involvedObject.name={name}", "-o", "json")
+    items: list[dict[str, Any]] = json.loads(out.stdout)["items"]
+    return items
+
+
+def event_reasons(namespace: str, name: str) -> set[str]:
+    """The reasons of the object's events: what most assertions on events compare."""
+    return {e["reason"] for e in events(namespace, name)}
