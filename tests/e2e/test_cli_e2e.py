@@ -110,7 +110,8 @@ def test_run_a_torch_ddp_script_to_succeeded_with_both_ranks_lines(api, core, na
     assert [(o.kind, o.uid) for o in cm.metadata.owner_references] == [("DataParallelJob", job["metadata"]["uid"])]
 
     # The same logs through the kubectl plugin.
-    kubectl = [str(DEVCLUSTER / "bin" / "kubectl"), "--kubeconfig", str(KUBECONFIG)]
+    # As a user types it: kubectl refuses flags before a plugin's name, so KUBECONFIG comes from env().
+    kubectl = [str(DEVCLUSTER / "bin" / "kubectl")]
     plugin_env = {**env(), "PATH": f"{VENV_BIN}{os.pathsep}{os.environ.get('PATH', '')}"}
     logs = subprocess.run([*kubectl, "dpj", "-n", namespace, "logs", "ddp", "--all"], capture_output=True,
                           text=True, env=plugin_env, timeout=60)
