@@ -216,10 +216,18 @@ class KubeClient:
 
     # ---- the job --------------------------------------------------------------------------
 
-    def patch_job_status(self, namespace: str, name: str, status: Mapping[str, Any]) -> dict[str, Any]:
-        """Merge-patch the status subresource; returns the job as the server stored it."""
+    def patch_job_status(self, namespace: str, name: str, status: Mapping[str, Any],
+                         resource_version: str | None = None, uid: str | None = None) -> dict[str, Any]:
+        """Merge-patch the status subresource; returns the job as the server stored it.
+
+        With ``resource_version`` (and ``uid``) the patch is a precondition: the server answers 409
+        if the job changed since it was read (or was deleted and re-created under the same name),
+        so a decision made from an old view is never written over a newer one.
+        """
+        meta = {k: v for k, v in (("resourceVersion", resource_version), ("uid", uid)) if v}
+        body: dict[str, Any] = {"status": status, **({"metadata": meta} if meta else {})}
         resp = self._call("PATCH", self.custom.patch_namespaced_custom_object_status, c.GROUP, c.VERSION,
-                          namespace, c.PLURAL, name, {"status": status}, _preload_content=False)
+                          namespace, c.PLURAL, name, body, _preload_content=False)
         stored: dict[str, Any] = json.loads(resp.data)
         return stored
 
