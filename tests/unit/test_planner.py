@@ -205,7 +205,7 @@ def test_elastic_scale_adds_and_removes_ranks_without_restart():
 
 def test_a_rank_pod_deleted_by_someone_restarts_a_running_gang():
     p = plan(JobBuilder().replicas(2), {"phase": "Running", "restarts": 0}, [pod(0)])
-    assert p.status["phase"] == "Restarting" and p.status["restartsByReason"] == {"Preempted": 1}
+    assert p.status["phase"] == "Restarting" and p.status["restartsByReason"] == {"PodDeleted": 1}
 
 
 def test_missing_pool_is_a_condition_not_a_crash():

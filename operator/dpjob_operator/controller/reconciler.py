@@ -178,6 +178,7 @@ class Controller:
         except SpecError as e:
             await self._report_spec_error(key, body, str(e))
             return None
+        self._spec_errors.pop(key, None)  # valid (again): a later mistake is reported anew
         if job.deleting:
             return None
         status = dict(body.get("status") or {})

@@ -24,7 +24,11 @@ from dpjob_operator.reconcile.rootcause import root_cause
 
 def handle_failures(ctx: PassContext, current: Sequence[PodObservation]) -> bool:
     """True when a failure (or a wait for its root cause) decided this pass."""
-    failed = [p for p in current if p.phase == "Failed" or (p.disrupted and not p.deleting)]
+    # A rank above spec.replicas was scaled away by us (elastic scale-down): the kubelet reports it
+    # Failed with exit 143 once deleted, which is no failure of the job.
+    replicas = ctx.job.spec.replicas
+    failed = [p for p in current
+              if p.index < replicas and (p.phase == "Failed" or (p.disrupted and not p.deleting))]
     if failed:
         blame = root_cause(failed, current, ctx.now)
         if blame.pod is None:
