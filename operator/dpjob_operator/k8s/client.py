@@ -35,8 +35,19 @@ def load_api_client(pool_size: int) -> client.ApiClient:
         config.load_incluster_config(client_configuration=cfg)
     except config.ConfigException:
         config.load_kube_config(client_configuration=cfg)
+    return client.ApiClient(tuned(cfg, pool_size))
+
+
+def tuned(cfg: client.Configuration, pool_size: int) -> client.Configuration:
+    """Connection settings of every client the operator uses.
+
+    TCP keepalive with client-go's timings (30 s idle): a half-open connection (an API server
+    that vanished behind a load balancer or NAT) is found dead within ~2.5 min instead of never,
+    so neither a worker nor the pod watch can hang on it. Calls also carry REQUEST_TIMEOUT.
+    """
+    cfg.keep_alive = True
     cfg.connection_pool_maxsize = max(pool_size, 4)
-    return client.ApiClient(cfg)
+    return cfg
 
 
 class KubeClient:
