@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping
 from datetime import UTC, datetime
@@ -20,7 +21,7 @@ from kubernetes.client.exceptions import ApiException
 
 from dpjob_operator import metrics
 from dpjob_operator.api import constants as c
-from dpjob_operator.k8s.ratelimit import TokenBucket
+from dpjob_operator.k8s.ratelimit import MAX_THROTTLED_RETRIES, TokenBucket, retry_after
 
 # (connect, read) seconds for every API call; watches set their own, longer read timeout.
 REQUEST_TIMEOUT = (10, 30)
@@ -61,18 +62,27 @@ class KubeClient:
         # client-go's rule: no call without a deadline. A hung TCP connection (an API server that
         # vanished behind a load balancer) would otherwise hold a worker forever.
         kwargs.setdefault("_request_timeout", REQUEST_TIMEOUT)
-        waited = self._bucket.acquire()
-        metrics.RATE_LIMITER_WAIT.labels(verb).observe(waited)
-        try:
-            result = fn(*args, **kwargs)
-        except ApiException as e:
-            metrics.REST_REQUESTS.labels(str(e.status), verb).inc()
-            raise
-        except Exception:
-            metrics.REST_REQUESTS.labels("<error>", verb).inc()
-            raise
-        metrics.REST_REQUESTS.labels("200", verb).inc()
-        return result
+        for attempt in range(MAX_THROTTLED_RETRIES + 1):
+            waited = self._bucket.acquire()
+            metrics.RATE_LIMITER_WAIT.labels(verb).observe(waited)
+            try:
+                result = fn(*args, **kwargs)
+            except ApiException as e:
+                metrics.REST_REQUESTS.labels(str(e.status), verb).inc()
+                delay = retry_after(e.status, e.headers)
+                if delay is None or attempt == MAX_THROTTLED_RETRIES:
+                    raise
+                # 429 from API Priority and Fairness: the server says when; wait that long (client-go
+                # does the same), a bounded number of times, then let the worker's backoff take over.
+                log.info("API server throttled %s (429); retrying in %.1fs", verb, delay)
+                time.sleep(delay)
+                continue
+            except Exception:
+                metrics.REST_REQUESTS.labels("<error>", verb).inc()
+                raise
+            metrics.REST_REQUESTS.labels("200", verb).inc()
+            return result
+        raise AssertionError("unreachable")
 
     # ---- pods ---------------------------------------------------------------------------
 
