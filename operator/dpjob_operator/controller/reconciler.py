@@ -49,6 +49,8 @@ def _rv(body: dict[str, Any]) -> int:
 
 
 STALE_RETRY_SECONDS = 0.2
+WATCH_SILENCE_LIMIT = 900.0  # 2.5x a watch's longest life (server timeout 300 s + read deadline)
+PASS_LIMIT = 600.0           # a pass makes bounded calls, each with a 30 s deadline
 
 
 class StaleJob(Exception):
@@ -127,6 +129,10 @@ class Controller:
         self.blocking.shutdown()
         for collector in self._collectors:  # a stopped controller reports no jobs (and can be replaced)
             metrics.REGISTRY.unregister(collector)
+
+    def stuck(self) -> str | None:
+        """Why the controller cannot make progress any more (liveness), or None."""
+        return self.pods.stuck(WATCH_SILENCE_LIMIT) or self.queue.stuck(PASS_LIMIT)
 
     @property
     def gangs_supported(self) -> bool:
