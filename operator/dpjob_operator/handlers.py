@@ -67,6 +67,16 @@ async def on_job_event(event: kopf.RawEvent, **_: Any) -> None:
     controller.job_event(event.get("type"), _plain(body))
 
 
+@kopf.on.probe(id="progress")
+def probe_progress(**_: Any) -> str:
+    """Liveness that means something: /healthz answers 500 when the pod watch or a worker is wedged."""
+    controller: Controller | None = _state.get("controller")
+    why = controller.stuck() if controller else None
+    if why:
+        raise kopf.PermanentError(why)
+    return "ok"
+
+
 @kopf.on.probe(id="jobs")
 def probe_jobs(**_: Any) -> int:
     controller: Controller | None = _state.get("controller")

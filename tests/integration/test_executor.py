@@ -24,7 +24,7 @@ from dpjob_operator.controller.executor import Executor
 from dpjob_operator.controller.gangs import Gangs
 from dpjob_operator.controller.timings import Timings
 from dpjob_operator.k8s.client import KubeClient
-from dpjob_operator.reconcile.actions import CreatePods, DeletePods, EnsureService, Plan
+from dpjob_operator.reconcile.actions import ApplyRankTable, CreatePods, DeletePods, EnsureService, Plan
 from dpjob_operator.reconcile.planner import plan_job
 from tests.support import cluster as dpj
 from tests.support.builders import JobBuilder
@@ -107,3 +107,19 @@ def test_observed_pods_round_trip_into_the_planner(api, core, namespace, harness
     observed = [o for o in (observe_pod(p) for p in raw) if o is not None]
     plan = plan_job(job, {"restarts": 0}, observed, datetime.now(UTC), DEFAULT_POOLS["cpu"])
     assert not any(isinstance(a, CreatePods) for a in plan.actions)
+
+
+def test_a_service_or_rank_table_someone_deleted_comes_back_once_the_memo_expires(api, core, namespace, harness):
+    import time
+
+    job = _created_job(api, namespace, replicas=2)
+    table = build_job_rank_tables(job, 0, [])
+    plan = Plan({}, [ApplyRankTable(dict(table.files)), EnsureService()])
+    harness.executor.memo_seconds = 0.5
+    harness.run(job, plan)
+    core.delete_namespaced_service("exec", namespace)
+    core.delete_namespaced_config_map("exec-ranktable", namespace)
+    time.sleep(0.6)
+    harness.run(job, plan)  # a later resync pass
+    assert _owned_by(core.read_namespaced_service("exec", namespace), job)
+    assert _owned_by(core.read_namespaced_config_map("exec-ranktable", namespace), job)

@@ -86,7 +86,8 @@ def test_failed_rank_restarts_the_whole_gang_and_status_is_written_first():
     assert p.status["restartsByReason"] == {"RankFailed": 1}
     assert deleted(p) == ["train-rank-0", "train-rank-1", "train-rank-2"]
     assert p.status["lastFailure"]["rank"] == 1 and p.status["lastFailure"]["exitCode"] == 1
-    assert [e.reason for e in p.events] == ["GangRestart"]
+    assert [e.reason for e in p.events] == ["RankFailed", "GangRestart"]
+    assert p.events[0].message.startswith("rank 1 (pod train-rank-1) failed with exit code 1")
 
 
 def test_after_a_restart_old_pods_block_their_names_until_gone():
@@ -204,7 +205,7 @@ def test_elastic_scale_adds_and_removes_ranks_without_restart():
 
 def test_a_rank_pod_deleted_by_someone_restarts_a_running_gang():
     p = plan(JobBuilder().replicas(2), {"phase": "Running", "restarts": 0}, [pod(0)])
-    assert p.status["phase"] == "Restarting" and p.status["restartsByReason"] == {"Preempted": 1}
+    assert p.status["phase"] == "Restarting" and p.status["restartsByReason"] == {"PodDeleted": 1}
 
 
 def test_missing_pool_is_a_condition_not_a_crash():

@@ -116,3 +116,34 @@ def test_a_body_that_is_not_json_is_quoted_as_is() -> None:
     error.body = "upstream connect error"
     assert errors.api_message(error) == "upstream connect error"
     assert errors.status_of(error) == 502 and errors.status_of(ValueError()) is None
+
+
+def test_a_fixed_spec_starts_the_job_over():
+    """InvalidSpec is terminal only until the user edits the spec: then the job runs."""
+    from dpjob_operator.api.pools import DEFAULT_POOLS
+    from dpjob_operator.reconcile.actions import CreatePods
+    from dpjob_operator.reconcile.planner import plan_job
+    from tests.support.builders import JobBuilder
+
+    now = datetime(2026, 11, 24, 3, 0, tzinfo=UTC)
+    failed = invalid_spec_status({}, "spec.template.spec.containers: needs a container named 'trainer'", now, 1)
+    plan = plan_job(JobBuilder().job(), failed.status, [], now, DEFAULT_POOLS["cpu"])
+    assert plan.status["phase"] == "Pending" and "completionTime" not in plan.status
+    assert not any(c["type"] == "Failed" for c in plan.status["conditions"])
+    assert any(isinstance(a, CreatePods) for a in plan.actions)
+    assert [e.reason for e in plan.events][:1] == ["SpecFixed"]
+
+
+def test_scaled_down_ranks_that_end_failed_are_no_failure():
+    """Elastic scale-down: the kubelet reports our deleted rank Failed (143); nothing is charged."""
+    from dpjob_operator.api.pools import DEFAULT_POOLS
+    from dpjob_operator.reconcile.planner import plan_job
+    from tests.support.builders import JobBuilder, pod
+
+    now = datetime(2026, 11, 24, 3, 0, tzinfo=UTC)
+    job = JobBuilder().elastic(1, 3).replicas(2).job()
+    pods = [pod(0), pod(1), pod(2, "Failed", exit_code=143, deleting=True)]
+    plan = plan_job(job, {"phase": "Running", "restarts": 0, "startTime": "2026-11-24T02:00:00Z"}, pods, now,
+                    DEFAULT_POOLS["cpu"])
+    assert plan.status["phase"] == "Running" and plan.status.get("failureRestarts", 0) == 0
+    assert "lastFailure" not in plan.status

@@ -42,6 +42,7 @@ class PodObservation:
     # The uid of the pod's controller (ownerReferences[controller=true]); a job claims only
     # pods whose controller is the job itself (see reconcile/claims.py).
     owner_uid: str | None = None
+    container: str | None = None  # the container whose termination decided (the trainer first)
 
     @property
     def active(self) -> bool:
@@ -55,13 +56,14 @@ def _int(value: Any, default: int = -1) -> int:
         return default
 
 
-def _termination(status: Mapping[str, Any]) -> tuple[int | None, str | None, str | None, str | None]:
-    """(exit code, reason, message, finishedAt) of the container that decides the rank's fate.
+def _termination(status: Mapping[str, Any]) -> tuple[int | None, str | None, str | None, str | None, str | None]:
+    """(exit code, reason, message, finishedAt, container) of the container that decides the rank's fate.
 
     The trainer's exit code is the one that matters; otherwise the first non-zero.
     """
     exit_code: int | None = None
     finished_at: str | None = None
+    container: str | None = None
     reason: str | None = status.get("reason")
     message: str | None = status.get("message")
     statuses = status.get("containerStatuses") or []
@@ -76,9 +78,10 @@ def _termination(status: Mapping[str, Any]) -> tuple[int | None, str | None, str
             reason = term.get("reason") or reason
             message = term.get("message") or message
             finished_at = term.get("finishedAt") or finished_at
+            container = cs.get("name")
         if cs.get("name") == c.TRAINER_CONTAINER and code:
             break
-    return exit_code, reason, message, finished_at
+    return exit_code, reason, message, finished_at, container
 
 
 def _controller_uid(meta: Mapping[str, Any]) -> str | None:
@@ -101,7 +104,7 @@ def observe_pod(pod: Mapping[str, Any]) -> PodObservation | None:
     disrupted = any(cd.get("type") == "DisruptionTarget" and cd.get("status") == "True" for cd in conditions)
     unschedulable = next((cd.get("message") or "Unschedulable" for cd in conditions
                           if cd.get("type") == "PodScheduled" and cd.get("reason") == "Unschedulable"), None)
-    exit_code, reason, message, finished_at = _termination(status)
+    exit_code, reason, message, finished_at, container = _termination(status)
     if reason in DISRUPTION_REASONS:
         disrupted = True
     annotations = meta.get("annotations") or {}
@@ -125,6 +128,7 @@ def observe_pod(pod: Mapping[str, Any]) -> PodObservation | None:
         pod_group=((pod.get("spec") or {}).get("schedulingGroup") or {}).get("podGroupName"),
         finished_at=finished_at,
         owner_uid=_controller_uid(meta),
+        container=container,
         annotations={k: v for k, v in annotations.items() if k.startswith(("ascend.", "huawei.com/"))},
     )
 

@@ -16,6 +16,7 @@ from dpjob_operator.api import constants as c
 from dpjob_operator.api.names import rank_pod_fqdn
 from dpjob_operator.api.pools import PoolConfig
 from dpjob_operator.api.spec import Job
+from dpjob_operator.api.termination import TERMINATION_LOG
 
 
 def rank_table_file(job: Job) -> str | None:
@@ -52,6 +53,8 @@ def _dpjob_env(job: Job, index: int, restart: int, pool: PoolConfig, master: str
         ("DPJOB_MASTER_ADDR", master),
         ("DPJOB_MASTER_PORT", str(spec.rendezvous.port)),
         ("DPJOB_RENDEZVOUS_TIMEOUT", str(spec.rendezvous.timeout_seconds)),
+        # torchrun's agent writes the first failed worker's error there: the termination message.
+        ("TORCHELASTIC_ERROR_FILE", TERMINATION_LOG),
     ]
 
 

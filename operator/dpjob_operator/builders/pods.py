@@ -20,6 +20,7 @@ from dpjob_operator.api.names import (
 )
 from dpjob_operator.api.pools import PoolConfig
 from dpjob_operator.api.spec import Job
+from dpjob_operator.api.termination import TERMINATION_POLICY
 from dpjob_operator.builders.env import build_rank_env, merge_env
 
 RANKTABLE_VOLUME = "dpjob-ranktable"
@@ -127,6 +128,9 @@ def _inject(container: dict[str, Any], job: Job, pool: PoolConfig, env: list[tup
     extra = [m for m in mounts if m["mountPath"] not in existing]
     if extra:
         container["volumeMounts"] = list(container.get("volumeMounts") or []) + extra
+    # The kubelet then keeps a traceback (or torchrun's error.json) as the termination message:
+    # status.lastFailure names the cause without anyone reading logs. A user's choice is kept.
+    container.setdefault("terminationMessagePolicy", TERMINATION_POLICY)
     if container.get("name") == c.TRAINER_CONTAINER:
         if pool.device_resource and job.spec.devices_per_replica > 0:
             _set_device_request(container, pool.device_resource, job.spec.devices_per_replica)

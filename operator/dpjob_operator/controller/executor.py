@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
@@ -57,8 +58,11 @@ class Executor:
         self.blocking = blocking
         self.gangs = gangs
         self.timings = timings
-        self._services: set[str] = set()                          # job uids whose Service exists
-        self._tables: dict[tuple[str, str], dict[str, str]] = {}  # (uid, configmap) -> data written
+        # job uid -> when its Service was last known to exist; re-checked after memo_seconds, so a
+        # Service someone deleted comes back within minutes, not at the next operator restart.
+        self._services: dict[str, float] = {}
+        self.memo_seconds = 10 * cfg.resync_seconds
+        self._tables: dict[tuple[str, str], tuple[dict[str, str], float]] = {}  # (uid, configmap) -> (data, checked)
         self._refusals: dict[str, str] = {}                       # uid -> pod refusal last reported
         self.handlers: Mapping[type, Handler] = {
             EnsureService: self._ensure_service,
@@ -81,7 +85,7 @@ class Executor:
 
     def forget(self, uid: str) -> None:
         """Drop every memo of a deleted job, so a long-lived operator does not grow."""
-        self._services.discard(uid)
+        self._services.pop(uid, None)
         self._refusals.pop(uid, None)
         for memo in [k for k in self._tables if k[0] == uid]:
             del self._tables[memo]
@@ -90,22 +94,24 @@ class Executor:
     # ---- one handler per action ------------------------------------------------------------
 
     async def _ensure_service(self, job: Job, _action: EnsureService, _restart: int) -> None:
-        if job.uid not in self._services:
+        checked = self._services.get(job.uid)
+        if checked is None or time.monotonic() - checked > self.memo_seconds:
             await self.blocking.run(self.kube.create_if_absent, build_headless_service(job))
-            self._services.add(job.uid)
+            self._services[job.uid] = time.monotonic()
 
     async def _apply_rank_table(self, job: Job, action: ApplyRankTable, restart: int) -> None:
         """Write each ConfigMap only when its data differs from what we (or a previous operator) wrote."""
         for cm in build_ranktable_configmaps(job, action.files, restart):
             name = cm["metadata"]["name"]
             memo = (job.uid, name)
-            if memo not in self._tables:
+            known = self._tables.get(memo)
+            if known is None or time.monotonic() - known[1] > self.memo_seconds:
                 current = await self.blocking.run(self.kube.read_configmap_data, job.namespace, name)
-                if current is not None:
-                    self._tables[memo] = current
-            if self._tables.get(memo) != cm["data"]:
+                known = None if current is None else (current, time.monotonic())
+            if known is None or known[0] != cm["data"]:
                 await self.blocking.run(self.kube.apply_configmap, cm)
-                self._tables[memo] = dict(cm["data"])
+                known = (dict(cm["data"]), time.monotonic())
+            self._tables[memo] = known
 
     async def _ensure_gang(self, job: Job, action: EnsureGang, _restart: int) -> None:
         await self.gangs.ensure(job, action)
@@ -115,9 +121,12 @@ class Executor:
 
     async def _delete_pods(self, job: Job, action: DeletePods, _restart: int) -> None:
         # A pod that would not go is retried on the next pass (it is still observed, still stale).
-        await self.blocking.bounded([functools.partial(self.kube.delete_pod, job.namespace, name)
-                                     for name in action.names])
-        metrics.PODS_DELETED.labels(action.reason).inc(len(action.names))
+        results = await self.blocking.bounded([functools.partial(self.kube.delete_pod, job.namespace, name)
+                                               for name in action.names])
+        failures = [r for r in results if isinstance(r, BaseException)]
+        metrics.PODS_DELETED.labels(action.reason).inc(sum(1 for r in results if r is True))
+        if failures:  # never counted as done: the pass fails and is retried with backoff
+            raise failures[0]
 
     async def _delete_job(self, job: Job, action: DeleteJob, _restart: int) -> None:
         log.info("deleting %s/%s: %s", job.namespace, job.name, action.reason)

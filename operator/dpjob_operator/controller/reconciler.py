@@ -48,6 +48,15 @@ def _rv(body: dict[str, Any]) -> int:
         return 0
 
 
+STALE_RETRY_SECONDS = 0.2
+WATCH_SILENCE_LIMIT = 900.0  # 2.5x a watch's longest life (server timeout 300 s + read deadline)
+PASS_LIMIT = 600.0           # a pass makes bounded calls, each with a 30 s deadline
+
+
+class StaleJob(Exception):
+    """The status write lost an optimistic-concurrency race (409): the pass planned from an old view."""
+
+
 class Controller:
     def __init__(self, cfg: OperatorConfig, kube: KubeClient, loop: asyncio.AbstractEventLoop) -> None:
         self.cfg = cfg
@@ -121,6 +130,10 @@ class Controller:
         for collector in self._collectors:  # a stopped controller reports no jobs (and can be replaced)
             metrics.REGISTRY.unregister(collector)
 
+    def stuck(self) -> str | None:
+        """Why the controller cannot make progress any more (liveness), or None."""
+        return self.pods.stuck(WATCH_SILENCE_LIMIT) or self.queue.stuck(PASS_LIMIT)
+
     @property
     def gangs_supported(self) -> bool:
         return self.gangs.supported
@@ -134,6 +147,11 @@ class Controller:
                 requeue = await self.reconcile(key)
                 self.queue.forget(key)
                 metrics.RECONCILE_TOTAL.labels(metrics.CONTROLLER, "success").inc()
+            except StaleJob:
+                # Someone (a user, another writer) changed the job after we read it: nothing was
+                # acted on; plan again from the newer version the watch brings.
+                metrics.RECONCILE_TOTAL.labels(metrics.CONTROLLER, "requeue").inc()
+                requeue = STALE_RETRY_SECONDS
             except Exception as e:  # noqa: BLE001 - one bad job must not stop the others: count, back off, retry
                 requeue = self._on_error(key, e)
             finally:
@@ -166,6 +184,7 @@ class Controller:
         except SpecError as e:
             await self._report_spec_error(key, body, str(e))
             return None
+        self._spec_errors.pop(key, None)  # valid (again): a later mistake is reported anew
         if job.deleting:
             return None
         status = dict(body.get("status") or {})
@@ -217,10 +236,18 @@ class Controller:
         await self._post_events(body, failed.events)
 
     async def _write_status(self, key: JobKey, body: dict[str, Any], status: dict[str, Any]) -> None:
+        """Write the pass's status with optimistic concurrency: the plan came from ``body``'s view,
+        so the write only lands if the job is still that version (StaleJob otherwise)."""
         meta = body["metadata"]
         # A merge patch keeps keys it does not name: a field the plan dropped must be sent as null.
         patch = {**{k: None for k in (body.get("status") or {}) if k not in status}, **status}
-        stored = await self.blocking.run(self.kube.patch_job_status, meta["namespace"], meta["name"], patch)
+        try:
+            stored = await self.blocking.run(self.kube.patch_job_status, meta["namespace"], meta["name"], patch,
+                                             meta.get("resourceVersion"), meta.get("uid"))
+        except errors.ApiError as e:
+            if errors.is_conflict(e):
+                raise StaleJob(key) from e
+            raise
         # Hold the server's answer so the next pass does not plan from an older status
         # (the watch event for this write may arrive after the next pass starts).
         if self.jobs.get(key) is body:

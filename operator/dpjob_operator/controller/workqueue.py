@@ -20,6 +20,7 @@ Depth and adds are exported as ``workqueue_depth`` / ``workqueue_adds_total``.
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Hashable
 from typing import Generic, TypeVar
 
@@ -60,9 +61,20 @@ class WorkQueue(Generic[K]):
         self._queue: asyncio.Queue[K] = asyncio.Queue()
         self._queued: set[K] = set()
         self._active: set[K] = set()
+        self._since: dict[K, float] = {}  # when each active key was taken (liveness)
         self._dirty: set[K] = set()
         self._timers: dict[K, asyncio.TimerHandle] = {}
         self._backoff: ExponentialBackoff[K] = backoff or ExponentialBackoff()
+
+    def stuck(self, limit: float) -> str | None:
+        """A key held by a worker for over ``limit`` seconds: every API call has a deadline, so a
+        pass that long means a wedged worker (liveness then fails and the pod is restarted)."""
+        now = time.monotonic()
+        held = [(now - t, k) for k, t in self._since.items() if now - t > limit]
+        if not held:
+            return None
+        seconds, key = max(held, key=lambda item: item[0])
+        return f"a reconcile of {key} has run for {seconds:.0f}s"
 
     def __len__(self) -> int:
         """Keys waiting for a worker (not those being processed, not those waiting on a timer)."""
@@ -123,12 +135,14 @@ class WorkQueue(Generic[K]):
         key = await self._queue.get()
         self._queued.discard(key)
         self._active.add(key)
+        self._since[key] = time.monotonic()
         self._export_depth()
         return key
 
     def done(self, key: K) -> bool:
         """Release ``key``; True when it was added meanwhile and so is queued again right away."""
         self._active.discard(key)
+        self._since.pop(key, None)
         if key not in self._dirty:
             return False
         self._dirty.discard(key)

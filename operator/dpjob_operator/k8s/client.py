@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping
 from datetime import UTC, datetime
@@ -20,7 +21,7 @@ from kubernetes.client.exceptions import ApiException
 
 from dpjob_operator import metrics
 from dpjob_operator.api import constants as c
-from dpjob_operator.k8s.ratelimit import TokenBucket
+from dpjob_operator.k8s.ratelimit import MAX_THROTTLED_RETRIES, TokenBucket, retry_after
 
 # (connect, read) seconds for every API call; watches set their own, longer read timeout.
 REQUEST_TIMEOUT = (10, 30)
@@ -35,8 +36,19 @@ def load_api_client(pool_size: int) -> client.ApiClient:
         config.load_incluster_config(client_configuration=cfg)
     except config.ConfigException:
         config.load_kube_config(client_configuration=cfg)
+    return client.ApiClient(tuned(cfg, pool_size))
+
+
+def tuned(cfg: client.Configuration, pool_size: int) -> client.Configuration:
+    """Connection settings of every client the operator uses.
+
+    TCP keepalive with client-go's timings (30 s idle): a half-open connection (an API server
+    that vanished behind a load balancer or NAT) is found dead within ~2.5 min instead of never,
+    so neither a worker nor the pod watch can hang on it. Calls also carry REQUEST_TIMEOUT.
+    """
+    cfg.keep_alive = True
     cfg.connection_pool_maxsize = max(pool_size, 4)
-    return client.ApiClient(cfg)
+    return cfg
 
 
 class KubeClient:
@@ -50,18 +62,27 @@ class KubeClient:
         # client-go's rule: no call without a deadline. A hung TCP connection (an API server that
         # vanished behind a load balancer) would otherwise hold a worker forever.
         kwargs.setdefault("_request_timeout", REQUEST_TIMEOUT)
-        waited = self._bucket.acquire()
-        metrics.RATE_LIMITER_WAIT.labels(verb).observe(waited)
-        try:
-            result = fn(*args, **kwargs)
-        except ApiException as e:
-            metrics.REST_REQUESTS.labels(str(e.status), verb).inc()
-            raise
-        except Exception:
-            metrics.REST_REQUESTS.labels("<error>", verb).inc()
-            raise
-        metrics.REST_REQUESTS.labels("200", verb).inc()
-        return result
+        for attempt in range(MAX_THROTTLED_RETRIES + 1):
+            waited = self._bucket.acquire()
+            metrics.RATE_LIMITER_WAIT.labels(verb).observe(waited)
+            try:
+                result = fn(*args, **kwargs)
+            except ApiException as e:
+                metrics.REST_REQUESTS.labels(str(e.status), verb).inc()
+                delay = retry_after(e.status, e.headers)
+                if delay is None or attempt == MAX_THROTTLED_RETRIES:
+                    raise
+                # 429 from API Priority and Fairness: the server says when; wait that long (client-go
+                # does the same), a bounded number of times, then let the worker's backoff take over.
+                log.info("API server throttled %s (429); retrying in %.1fs", verb, delay)
+                time.sleep(delay)
+                continue
+            except Exception:
+                metrics.REST_REQUESTS.labels("<error>", verb).inc()
+                raise
+            metrics.REST_REQUESTS.labels("200", verb).inc()
+            return result
+        raise AssertionError("unreachable")
 
     # ---- pods ---------------------------------------------------------------------------
 
@@ -216,10 +237,18 @@ class KubeClient:
 
     # ---- the job --------------------------------------------------------------------------
 
-    def patch_job_status(self, namespace: str, name: str, status: Mapping[str, Any]) -> dict[str, Any]:
-        """Merge-patch the status subresource; returns the job as the server stored it."""
+    def patch_job_status(self, namespace: str, name: str, status: Mapping[str, Any],
+                         resource_version: str | None = None, uid: str | None = None) -> dict[str, Any]:
+        """Merge-patch the status subresource; returns the job as the server stored it.
+
+        With ``resource_version`` (and ``uid``) the patch is a precondition: the server answers 409
+        if the job changed since it was read (or was deleted and re-created under the same name),
+        so a decision made from an old view is never written over a newer one.
+        """
+        meta = {k: v for k, v in (("resourceVersion", resource_version), ("uid", uid)) if v}
+        body: dict[str, Any] = {"status": status, **({"metadata": meta} if meta else {})}
         resp = self._call("PATCH", self.custom.patch_namespaced_custom_object_status, c.GROUP, c.VERSION,
-                          namespace, c.PLURAL, name, {"status": status}, _preload_content=False)
+                          namespace, c.PLURAL, name, body, _preload_content=False)
         stored: dict[str, Any] = json.loads(resp.data)
         return stored
 

@@ -39,6 +39,11 @@ def is_namespace_terminating(error: BaseException) -> bool:
     return b"NamespaceTerminating" in raw
 
 
+def is_conflict(error: BaseException) -> bool:
+    """409: the object changed since we read it (optimistic concurrency), or it already exists."""
+    return status_of(error) == 409
+
+
 def is_refusal(error: BaseException) -> bool:
     """The cluster refused the object itself (see REFUSAL_STATUSES): retrying alone will not help."""
     return status_of(error) in REFUSAL_STATUSES

@@ -42,12 +42,19 @@ class PodCache:
         self._stop = threading.Event()
         self._synced = [threading.Event() for _ in self._namespaces]
         self._threads: list[threading.Thread] = []
+        self._heartbeat = time.monotonic()  # the last sign of life of a list or watch (liveness)
 
     # ---- reading --------------------------------------------------------------------------
 
     def pods_for(self, namespace: str, job_name: str) -> list[PodObservation]:
         with self._lock:
             return list(self._by_job.get((namespace, job_name), {}).values())
+
+    def stuck(self, limit: float) -> str | None:
+        """No list or watch activity for over ``limit`` seconds: the watch is wedged (each watch
+        call ends by the server's 300 s timeout or the 330 s read deadline, then starts again)."""
+        quiet = time.monotonic() - self._heartbeat
+        return f"the pod watch has been silent for {quiet:.0f}s" if quiet > limit else None
 
     def wait_synced(self, timeout: float | None = None) -> bool:
         deadline = None if timeout is None else time.monotonic() + timeout
@@ -116,12 +123,15 @@ class PodCache:
         while not self._stop.is_set():
             try:
                 items, rv = self._kube.list_pods_raw(SELECTOR, namespace)
+                self._heartbeat = time.monotonic()
                 for key in self._replace_namespace(namespace, items):
                     self._on_change(*key)
                 synced.set()
                 backoff = 0.5
                 while not self._stop.is_set():
+                    self._heartbeat = time.monotonic()  # each watch ends by the server's timeout (300 s)
                     for event in self._kube.watch_pods_raw(SELECTOR, rv, namespace):
+                        self._heartbeat = time.monotonic()
                         etype, obj = event.get("type"), event.get("object") or {}
                         if etype == "ERROR":
                             if obj.get("code") == 410:  # resourceVersion too old: relist

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 
 class TokenBucket:
@@ -42,3 +42,24 @@ class TokenBucket:
         if self._on_wait is not None:
             self._on_wait(wait)
         return wait
+
+
+# How often one call follows a 429's Retry-After before giving up to the worker's backoff.
+MAX_THROTTLED_RETRIES = 5
+MAX_RETRY_AFTER_SECONDS = 10.0
+
+
+def retry_after(status: int | None, headers: Mapping[str, str] | None) -> float | None:
+    """Seconds to wait before retrying a throttled call (429), from its Retry-After header.
+
+    None for anything that is not a 429. A missing or unreadable header means 1 s (client-go's
+    default); a huge one is capped so a worker is never parked for minutes on one call.
+    """
+    if status != 429:
+        return None
+    raw = next((v for k, v in (headers or {}).items() if k.lower() == "retry-after"), None)
+    try:
+        seconds = float(raw) if raw is not None else 1.0
+    except ValueError:
+        seconds = 1.0
+    return min(max(seconds, 0.0), MAX_RETRY_AFTER_SECONDS)

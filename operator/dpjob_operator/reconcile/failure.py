@@ -13,17 +13,22 @@ from dataclasses import replace
 
 from dpjob_operator.api.names import rank_pod_name
 from dpjob_operator.api.observed import PodObservation
+from dpjob_operator.api.termination import cause_excerpt
 from dpjob_operator.reconcile import reasons as r
 from dpjob_operator.reconcile.actions import DeletePods, Event
 from dpjob_operator.reconcile.cleanup import finish
 from dpjob_operator.reconcile.context import PassContext
-from dpjob_operator.reconcile.restart import decide_failure
+from dpjob_operator.reconcile.restart import decide_failure, describe_failure
 from dpjob_operator.reconcile.rootcause import root_cause
 
 
 def handle_failures(ctx: PassContext, current: Sequence[PodObservation]) -> bool:
     """True when a failure (or a wait for its root cause) decided this pass."""
-    failed = [p for p in current if p.phase == "Failed" or (p.disrupted and not p.deleting)]
+    # A rank above spec.replicas was scaled away by us (elastic scale-down): the kubelet reports it
+    # Failed with exit 143 once deleted, which is no failure of the job.
+    replicas = ctx.job.spec.replicas
+    failed = [p for p in current
+              if p.index < replicas and (p.phase == "Failed" or (p.disrupted and not p.deleting))]
     if failed:
         blame = root_cause(failed, current, ctx.now)
         if blame.pod is None:
@@ -71,12 +76,15 @@ def _vanished_rank(ctx: PassContext, current: Sequence[PodObservation]) -> PodOb
 def on_failure(ctx: PassContext, current: Sequence[PodObservation], pod: PodObservation) -> None:
     """Record ``status.lastFailure`` for ``pod`` and restart the gang or fail the job."""
     decision = decide_failure(ctx.job.spec.run_policy, pod, int(ctx.status.get("failureRestarts", 0)))
+    cause = cause_excerpt(pod.message)
     ctx.status["lastFailure"] = {
-        "rank": pod.index, "pod": pod.name, "node": pod.node or "",
+        "rank": pod.index, "pod": pod.name, "node": pod.node or "", "container": pod.container or "",
         "exitCode": pod.exit_code if pod.exit_code is not None else -1,
-        "reason": pod.reason or decision.reason, "message": (pod.message or "")[:1024],
+        "reason": pod.reason or decision.reason, "message": cause,
         "restart": ctx.generation, "time": ctx.now_s,
     }
+    # The same text as status, where `kubectl describe` and event exporters look.
+    ctx.events.append(Event("Warning", r.RANK_FAILED, describe_failure(pod) + (f": {cause}" if cause else "")))
     if decision.restart:
         restart_gang(ctx, current, decision.reason, decision.counted, decision.message)
     else:

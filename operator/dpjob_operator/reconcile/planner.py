@@ -40,6 +40,7 @@ from dpjob_operator.reconcile.converge import converge
 from dpjob_operator.reconcile.deadline import deadline_due, deadline_exceeded
 from dpjob_operator.reconcile.failure import fail_job, handle_failures
 from dpjob_operator.reconcile.pool import pool_missing
+from dpjob_operator.reconcile.refusals import recover_fixed_spec
 from dpjob_operator.reconcile.success import apply_success
 from dpjob_operator.reconcile.suspend import apply_suspend
 
@@ -72,7 +73,10 @@ def plan_job(job: Job, status: Mapping[str, Any], pods: Sequence[PodObservation]
     ``gang`` is None when the ranks are scheduled one by one (the cluster has no gang API, the
     operator or the job disabled it).
     """
-    ctx = PassContext(job, status, now, gang)
+    fixed = recover_fixed_spec(status)
+    ctx = PassContext(job, status if fixed is None else fixed, now, gang)
+    if fixed is not None:
+        ctx.events.append(Event("Normal", r.SPEC_FIXED, "the spec is valid now: starting the job"))
     ours, foreign = claimed(job.uid, pods)
     current = sorted((p for p in ours if p.restart == ctx.generation), key=lambda p: (p.index, p.name))
     _bookkeeping(ctx, ours, current)

@@ -45,3 +45,17 @@ def create_refused_status(body_status: Mapping[str, Any], message: str, now: dat
     status["conditions"] = set_condition(status.get("conditions") or [], r.CREATED, False, r.FAILED_CREATE_POD,
                                          message, iso(now), generation)
     return Plan(status, [], [Event("Warning", r.FAILED_CREATE_POD, message)])
+
+
+def recover_fixed_spec(status: Mapping[str, Any]) -> dict[str, Any] | None:
+    """A job Failed with InvalidSpec whose spec now parses starts over: the user fixed it.
+
+    InvalidSpec is terminal only until the spec is edited (kubectl apply of a fixed manifest);
+    the Job controller's validation works the same way. Returns the status to plan from, or None
+    when there is nothing to recover.
+    """
+    if status.get("phase") != r.FAILED or status.get("reason") != r.INVALID_SPEC:
+        return None
+    fresh = {k: v for k, v in status.items() if k not in ("phase", "reason", "message", "completionTime")}
+    fresh["conditions"] = [c for c in status.get("conditions") or [] if c.get("type") != r.FAILED]
+    return fresh

@@ -38,7 +38,11 @@ def decide_failure(policy: RunPolicy, pod: PodObservation, failure_restarts: int
     """
     what = describe_failure(pod)
     if pod.disrupted:
-        return FailureDecision(True, False, "Preempted", f"{what}: disrupted, restarting the gang")
+        # Deleted by someone (kubectl delete, a drain) or disrupted by the cluster (eviction,
+        # preemption, node shutdown): not the trainer's fault, so never charged.
+        reason = "PodDeleted" if pod.reason == "PodDeleted" else "Preempted"
+        return FailureDecision(True, False, reason, f"{what}: {'deleted' if reason == 'PodDeleted' else 'disrupted'}, "
+                                                    f"restarting the gang")
     if policy.restart_policy == "Never":
         return FailureDecision(False, True, "RankFailed", f"{what}; restartPolicy is Never")
     if policy.restart_policy == "ExitCode" and pod.exit_code is not None and 0 < pod.exit_code < 128 \
