@@ -286,3 +286,35 @@ def test_parse_contract_reads_the_trainers_own_page_and_rejects_garbage():
     assert values["dpjob_trainer_step"] == 3 and values["dpjob_trainer_total_steps"] == 100
     assert values["dpjob_trainer_global_samples_total"] == 16 and info["job_name"] == "train"
     assert parse_contract("dpjob_trainer_step{ not prometheus\n") is None
+
+
+def test_the_helper_users_copy_from_the_docs_serves_what_the_reader_takes():
+    """docs/api.md's helper, run as a user's script would run it, read the way the operator reads it."""
+    pytest.importorskip("prometheus_client")
+    import os
+    import subprocess
+    import sys
+    import time
+
+    from dpjob_operator.controller.progress import fetch_metrics, parse_contract
+    from tests.support.ports import free_port
+    from tests.support.progress import hanging_script
+
+    port = free_port()
+    script = hanging_script(total=40, hang_after=5, step_seconds=0.05)
+    proc = subprocess.Popen([sys.executable, "-c", script], env={**os.environ, "DPJOB_METRICS_PORT": str(port)})
+    try:
+        deadline, rep = time.monotonic() + 30, None
+        while time.monotonic() < deadline and (rep is None or rep.step < 5):
+            text = asyncio.run(fetch_metrics("127.0.0.1", port, 2.0))
+            parsed = parse_contract(text) if text else None
+            rep = report_from_samples(parsed[0], 0, time.time()) if parsed else None
+            time.sleep(0.1)
+        time.sleep(0.5)
+        text = asyncio.run(fetch_metrics("127.0.0.1", port, 2.0))
+    finally:
+        proc.kill()
+        proc.wait()
+    assert rep is not None and (rep.step, rep.total_steps, rep.loss) == (5, 40, 0.2)
+    assert report_from_samples(parse_contract(text)[0], 0, time.time()).step == 5, "the script hangs at step 5"
+    assert abs(rep.last_step_time - time.time()) < 30

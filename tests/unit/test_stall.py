@@ -151,3 +151,14 @@ def test_stalling_again_without_getting_further_is_charged_and_ends_at_the_backo
 def test_watchdog_off_by_default():
     p = plan(JobBuilder(), status(), view(120, last_step_ago=86400))
     assert p.status["phase"] == "Running" and cond(p) is None
+
+
+def test_a_job_that_succeeds_after_a_stall_restart_is_no_longer_stalled():
+    """The restarted gang may finish between two reads of rank 0: success still clears the condition."""
+    stalled = plan(job(), status(), view(120, last_step_ago=31)).status
+    stalled.update(phase="Running", restarts=1)
+    done = plan_job(job().job(), stalled, [pod(0, "Succeeded", restart=1), pod(1, "Succeeded", restart=1)], NOW,
+                    DEFAULT_POOLS["cpu"], progress=view(None, restart=1))
+    assert done.status["phase"] == "Succeeded"
+    assert (cond(done)["status"], cond(done)["reason"]) == ("False", "JobSucceeded")
+    assert done.status["restartsByReason"] == {"Stalled": 1}

@@ -42,7 +42,7 @@ from dpjob_operator.reconcile.deadline import deadline_due, deadline_exceeded
 from dpjob_operator.reconcile.failure import fail_job, handle_failures
 from dpjob_operator.reconcile.pool import pool_missing
 from dpjob_operator.reconcile.progress import apply_progress
-from dpjob_operator.reconcile.stall import apply_stall
+from dpjob_operator.reconcile.stall import apply_stall, settle_stall
 from dpjob_operator.reconcile.success import apply_success
 from dpjob_operator.reconcile.suspend import apply_suspend
 
@@ -91,6 +91,7 @@ def plan_job(job: Job, status: Mapping[str, Any], pods: Sequence[PodObservation]
     else:
         converge(ctx, current, pods, rank_table, foreign)
     if phase not in r.TERMINAL:
+        settle_stall(ctx)
         apply_progress(ctx, progress)  # last: a pass that writes anyway takes the progress along
     return ctx.plan()
 

@@ -92,6 +92,12 @@ def find_stall(ctx: PassContext, view: ProgressView | None) -> Stall | None:
     return stall
 
 
+def settle_stall(ctx: PassContext) -> None:
+    """A job that succeeded is not stalled, even when its restarted gang finished between two reads."""
+    if ctx.status.get("phase") == r.SUCCEEDED and is_true(ctx.conditions, r.STALLED):
+        ctx.cond(r.STALLED, False, r.JOB_SUCCEEDED, "the job succeeded")
+
+
 def _running_since(ctx: PassContext) -> datetime | None:
     """When the current gang's ranks were all running (the Running condition's transition)."""
     cond = get_condition(ctx.conditions, r.RUNNING)
