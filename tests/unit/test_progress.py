@@ -244,7 +244,7 @@ def test_the_reader_follows_rank_zero_and_enqueues_the_job_on_a_new_step():
     assert (view.latest.step, view.latest.total_steps, view.base.step) == (2, 100, 1)
 
 
-def test_the_reader_refuses_a_report_that_names_another_job_and_survives_a_dead_endpoint():
+def test_the_reader_refuses_a_report_that_names_another_job_and_survives_a_dead_endpoint(caplog):
     pytest.importorskip("prometheus_client")
     from dpjob_operator.controller.progress import ProgressReader, Target
     from tests.support.ports import free_port
@@ -269,6 +269,9 @@ def test_the_reader_refuses_a_report_that_names_another_job_and_survives_a_dead_
     finally:
         trainer.close()
     assert steps == [] and [v.latest for v in seen] == [None, None]
+    refusals = [r.getMessage() for r in caplog.records if "refused" in r.getMessage()]
+    assert len(refusals) == 1, "logged once, not on every read"
+    assert "train" in refusals[0] and "names job 'someone-else', not 'train'" in refusals[0]
 
 
 def test_parse_contract_reads_the_trainers_own_page_and_rejects_garbage():

@@ -58,6 +58,7 @@ class _Watch:
     target: Target
     view: ProgressView
     last_read: float | None = None
+    refused: str | None = None  # the refusal last logged: said once, not every read
     task: asyncio.Task[None] | None = None
 
 
@@ -120,8 +121,10 @@ class ProgressReader:
         why = refusal(info, target.job_name, target.restart)
         if why is not None:
             metrics.PROGRESS_READS.labels("refused").inc()
-            log.warning("refused the progress report of %s/%s from %s:%d: %s", *target.key, target.host,
-                        target.port, why)
+            if why != watch.refused:
+                log.warning("refused the progress report of %s/%s from %s:%d: %s", *target.key, target.host,
+                            target.port, why)
+            watch.refused = why
             return
         since, watch.last_read = watch.last_read, observed_at
         report = report_from_samples(values, target.restart, observed_at, since)
