@@ -130,7 +130,7 @@ def observe_step_cost_us(calls: int = 20000) -> float:
     started = time.perf_counter()
     for _ in range(calls):
         m.observe_step(duration=0.01, samples=32, data_wait=0.001, comm_exposed=0.001, loss=1.0, learning_rate=0.1,
-                       grad_norm=1.0, epoch=1, timestamp=time.time())
+                       grad_norm=1.0, epoch=1, timestamp=time.time(), step=1, global_samples=64)
     return (time.perf_counter() - started) / calls * 1e6
 
 

@@ -33,6 +33,10 @@ PODS_DELETED = Counter("dpjob_pods_deleted_total", "Rank pods deleted by the ope
                        registry=REGISTRY)
 RESTARTS = Counter("dpjob_restarts_total", "Gang restarts by reason", ["reason"], registry=REGISTRY)
 TRANSITIONS = Counter("dpjob_job_transitions_total", "Jobs entering a phase", ["phase"], registry=REGISTRY)
+PROGRESS_READS = Counter("dpjob_progress_reads_total",
+                         "Reads of rank 0's metrics endpoint for status.progress, by result: ok, no_step "
+                         "(no step served yet), unreachable, invalid, refused (names another job or gang)",
+                         ["result"], registry=REGISTRY)
 _SCALE_BUCKETS = (0.1, 0.25, 0.5, 1, 2, 5, 10, 20, 30, 60, 120, 300, 600, 1800)
 TIME_TO_CREATED = Histogram("dpjob_time_to_all_pods_created_seconds",
                             "From a gang's start (job seen or restart decided) to all its pods created",

@@ -65,7 +65,8 @@ def test_every_dashboard_query_returns_data_from_real_prometheus(tmp_path):
             om.TIME_TO_RUNNING.observe(1.5)
             for rank, m in enumerate(trainers):
                 m.observe_step(duration=0.05 + 0.01 * rank, samples=32, data_wait=0.005, comm_exposed=0.01,
-                               loss=2.0 / step, learning_rate=0.1, grad_norm=1.0, epoch=0, timestamp=time.time())
+                               loss=2.0 / step, learning_rate=0.1, grad_norm=1.0, epoch=0, timestamp=time.time(),
+                               step=step, global_samples=64)
             stop.wait(0.2)
 
     driver = threading.Thread(target=drive, daemon=True)

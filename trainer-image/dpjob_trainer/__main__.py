@@ -64,8 +64,11 @@ def build_parser() -> argparse.ArgumentParser:
     state.add_argument("--log-every", type=int, default=10, help="one JSON log line every N steps (0: off)")
 
     ops = p.add_argument_group("cluster")
-    ops.add_argument("--metrics-port", type=int, default=9090,
-                     help="base port; this process serves port + LOCAL_RANK (0: off)")
+    # The operator sets DPJOB_METRICS_PORT (the trainer container's "metrics" port) and reads rank 0's
+    # endpoint there for status.progress; argparse applies type=int to a string default too.
+    ops.add_argument("--metrics-port", type=int, default=os.environ.get("DPJOB_METRICS_PORT") or 9090,
+                     help="base port; this process serves port + LOCAL_RANK (0: off; default $DPJOB_METRICS_PORT "
+                          "or 9090)")
     ops.add_argument("--metrics-addr", default="0.0.0.0")
     ops.add_argument("--metrics-linger", type=float, default=0.0,
                      help="keep serving metrics this many seconds after training")
@@ -79,6 +82,9 @@ def build_parser() -> argparse.ArgumentParser:
                      help="seconds one collective may hang before failing")
     ops.add_argument("--shutdown-timeout", type=float, default=30.0,
                      help="seconds to wait for the process group to shut down after training before exiting without it")
+    # Test hook for the operator's stall watchdog (tests/e2e/test_progress_e2e.py): after this step the
+    # first gang stops stepping but keeps serving metrics, until SIGTERM. Hidden: not for training.
+    ops.add_argument("--hang-after-step", type=int, default=0, help=argparse.SUPPRESS)
     return p
 
 

@@ -8,8 +8,15 @@ need nothing but one named container port per local rank, and a hung rank stays 
 own target (its ``last_step_timestamp`` stops) instead of being averaged away.
 
 Labels: only ``dpjob_trainer_info`` carries labels (world_size, backend, torch_version, task,
-rank); all bounded. Every other series is label-free, so ``sum()``/``histogram_quantile`` across
+rank, job_name, restart); all bounded. Every other series is label-free, so ``sum()``/``histogram_quantile`` across
 targets just work; join on ``info`` to get the rank of a target.
+
+The operator reads rank 0's endpoint for ``status.progress`` and its stall watchdog (docs/api.md,
+"Progress reporting"): ``dpjob_trainer_step`` (the global step, resumed steps included),
+``dpjob_trainer_total_steps``, ``dpjob_trainer_last_step_timestamp_seconds``, the loss, the
+epoch, ``dpjob_trainer_global_samples_total`` and the last checkpoint's step and time. Like the
+loss, the step appears only after this process's first step, so a resumed run that has not
+stepped yet does not start the operator's stall clock.
 
 ``NullMetrics`` has the same interface and does nothing, so ``--metrics-port 0`` costs no
 branches in the training loop.
@@ -38,6 +45,11 @@ METRIC_NAMES = (
     "dpjob_trainer_epoch",
     "dpjob_trainer_last_step_timestamp_seconds",
     "dpjob_trainer_checkpoint_duration_seconds",
+    "dpjob_trainer_step",
+    "dpjob_trainer_total_steps",
+    "dpjob_trainer_global_samples_total",
+    "dpjob_trainer_checkpoint_step",
+    "dpjob_trainer_checkpoint_timestamp_seconds",
 )
 
 
@@ -59,10 +71,18 @@ class NullMetrics:
         grad_norm: float,
         epoch: int,
         timestamp: float,
+        step: int,
+        global_samples: int,
     ) -> None:
         pass
 
     def observe_checkpoint(self, duration: float) -> None:
+        pass
+
+    def set_total_steps(self, total: int) -> None:
+        pass
+
+    def set_checkpoint(self, step: int, timestamp: float | None) -> None:
         pass
 
     def close(self) -> None:
@@ -96,7 +116,11 @@ class TrainerMetrics(NullMetrics):
         self._samples = 0
         self._data_wait = 0.0
         self._comm_exposed = 0.0
-        self._gauges: tuple[float, float, float, int, float] | None = None  # loss, lr, grad norm, epoch, ts
+        self._global_samples = 0
+        # loss, lr, grad norm, epoch, last step timestamp, global step
+        self._gauges: tuple[float, float, float, int, float, int] | None = None
+        self._total_steps: int | None = None
+        self._checkpoint: tuple[int, float | None] | None = None  # step, unix time
         self._ckpt_buckets = [0] * (len(CHECKPOINT_BUCKETS) + 1)
         self._ckpt_sum = 0.0
         self._ckpt_count = 0
@@ -128,6 +152,8 @@ class TrainerMetrics(NullMetrics):
         grad_norm: float,
         epoch: int,
         timestamp: float,
+        step: int,
+        global_samples: int,
     ) -> None:
         bucket = bisect_left(STEP_BUCKETS, duration)  # first bound >= duration: Prometheus "le"
         with self._lock:
@@ -135,9 +161,19 @@ class TrainerMetrics(NullMetrics):
             self._step_sum += duration
             self._steps += 1
             self._samples += samples
+            self._global_samples += global_samples
             self._data_wait += data_wait
             self._comm_exposed += comm_exposed
-            self._gauges = (loss, learning_rate, grad_norm, epoch, timestamp)
+            self._gauges = (loss, learning_rate, grad_norm, epoch, timestamp, step)
+
+    def set_total_steps(self, total: int) -> None:
+        with self._lock:
+            self._total_steps = total
+
+    def set_checkpoint(self, step: int, timestamp: float | None) -> None:
+        """The last checkpoint written (or resumed from): its step and, if known, its unix time."""
+        with self._lock:
+            self._checkpoint = (step, timestamp)
 
     def observe_checkpoint(self, duration: float) -> None:
         bucket = bisect_left(CHECKPOINT_BUCKETS, duration)
@@ -157,8 +193,9 @@ class TrainerMetrics(NullMetrics):
             info = self._info
             step_buckets, step_sum = list(self._step_buckets), self._step_sum
             steps, samples, data_wait, comm = self._steps, self._samples, self._data_wait, self._comm_exposed
-            gauges = self._gauges
+            gauges, global_samples = self._gauges, self._global_samples
             ckpt_buckets, ckpt_sum = list(self._ckpt_buckets), self._ckpt_sum
+            total_steps, ckpt = self._total_steps, self._checkpoint
 
         if info is not None:
             family = GaugeMetricFamily("dpjob_trainer_info", "Constant 1; labels describe this trainer process.",
@@ -178,8 +215,18 @@ class TrainerMetrics(NullMetrics):
         yield CounterMetricFamily("dpjob_trainer_comm_exposed_seconds",
                                   "Gradient all-reduce time not hidden behind backward compute (see docs/trainer.md).",
                                   value=comm)
-        if gauges is not None:  # absent until the first step: no fake zero loss
-            loss, lr, grad_norm, epoch, timestamp = gauges
+        yield CounterMetricFamily("dpjob_trainer_global_samples",
+                                  "Real samples the whole job trained on (every rank's), counted on this rank; "
+                                  "the operator's status.progress.samplesPerSecond.", value=global_samples)
+        if total_steps is not None:
+            yield GaugeMetricFamily("dpjob_trainer_total_steps", "Optimizer steps the run takes in total.",
+                                    value=total_steps)
+        yield from _checkpoint_gauges(GaugeMetricFamily, ckpt)
+        if gauges is not None:  # absent until the first step: no fake zero loss, no premature stall clock
+            loss, lr, grad_norm, epoch, timestamp, step = gauges
+            yield GaugeMetricFamily("dpjob_trainer_step",
+                                    "Optimizer steps completed by the job, counting those before a resume.",
+                                    value=step)
             yield GaugeMetricFamily("dpjob_trainer_loss", "Loss of the last step, averaged over all ranks.", value=loss)
             yield GaugeMetricFamily("dpjob_trainer_learning_rate", "Learning rate of the last step.", value=lr)
             yield GaugeMetricFamily("dpjob_trainer_grad_norm", "L2 norm of the reduced gradient of the last step.",
@@ -198,6 +245,17 @@ class TrainerMetrics(NullMetrics):
             self._server.shutdown()
             self._server.server_close()
             self._server = None
+
+
+def _checkpoint_gauges(cls: Any, ckpt: tuple[int, float | None] | None) -> Iterator[Any]:
+    """The last checkpoint's step and time; absent before the first one."""
+    if ckpt is None:
+        return
+    step, timestamp = ckpt
+    yield cls("dpjob_trainer_checkpoint_step", "Step of the last checkpoint written or resumed from.", value=step)
+    if timestamp is not None:
+        yield cls("dpjob_trainer_checkpoint_timestamp_seconds", "Unix time the last checkpoint was written.",
+                  value=timestamp)
 
 
 def _histogram(

@@ -76,6 +76,7 @@ class TrainConfig:
     rendezvous_timeout: float = 900.0
     collective_timeout: float = 1800.0
     shutdown_timeout: float = 30.0
+    hang_after_step: int = 0  # test hook (hidden flag): block after this step in the first gang
 
 
 @dataclass
@@ -316,6 +317,8 @@ class Trainer:
         model.load_state_dict(state["model"])
         optimizer.load_state_dict(state["optimizer"])
         torch.set_rng_state(state["rng_cpu"])
+        saved_at = state.get("time")
+        self.metrics.set_checkpoint(step, float(saved_at) if saved_at is not None else None)
         return step
 
     def _save(
@@ -334,6 +337,7 @@ class Trainer:
                 "model": model.state_dict(),
                 "optimizer": optimizer.state_dict(),
                 "rng_cpu": torch.get_rng_state(),
+                "time": time.time(),
             })  # fmt: skip
         # Everyone waits for the file: otherwise a rank that exits first (preemption) can make the
         # operator tear the gang down while rank 0 is still writing. Costs nothing extra, because
@@ -341,6 +345,7 @@ class Trainer:
         all_reduce_sum(torch.zeros(1, device=self.device)).item()
         duration = time.perf_counter() - started
         self.metrics.observe_checkpoint(duration)
+        self.metrics.set_checkpoint(step, time.time())
         self.log("checkpoint", step=step, reason=reason, seconds=round(duration, 4), dir=self.cfg.checkpoint_dir)
 
     # ---- one optimizer step --------------------------------------------------------------------
@@ -405,7 +410,7 @@ class Trainer:
             self.metrics.observe_step(
                 duration=now - started, samples=r.local_samples, data_wait=r.data_wait,
                 comm_exposed=CommHook.exposed_seconds(r.comm_token), loss=loss, learning_rate=lr,
-                grad_norm=grad_norm, epoch=r.epoch, timestamp=time.time(),
+                grad_norm=grad_norm, epoch=r.epoch, timestamp=time.time(), step=step, global_samples=r.window_real,
             )  # fmt: skip
             if cfg.log_every > 0 and (step % cfg.log_every == 0 or step == self.total_steps):
                 self.log(
@@ -414,6 +419,8 @@ class Trainer:
                     step_seconds=round(now - started, 6),
                 )  # fmt: skip
                 interval_start, interval_samples = now, 0
+            if step == cfg.hang_after_step and self.env.restart_count == 0:
+                return self._hang(step, stats, loop_started)
             if stop_votes > 0 and step < self.total_steps:  # on the last step, just finish normally
                 stats.train_seconds = time.perf_counter() - loop_started
                 self._save(model, optimizer, task, step, reason="sigterm")
@@ -422,6 +429,17 @@ class Trainer:
                 self._save(model, optimizer, task, step, reason="periodic")
         stats.train_seconds = time.perf_counter() - loop_started
         return step, False, stats
+
+    def _hang(self, step: int, stats: RunStats, loop_started: float) -> tuple[int, bool, RunStats]:
+        """``--hang-after-step``: what a stuck collective looks like from outside (no more steps, the
+        metrics endpoint still answers), for testing the operator's stall watchdog. Only the first
+        gang (DPJOB_RESTART_COUNT 0) hangs, so a restarted gang resumes and finishes. SIGTERM ends
+        the hang like a preemption, without a checkpoint: a real hang could not write one either."""
+        self.log("hang", step=step, message="--hang-after-step: blocking until SIGTERM")
+        while not self.stop.requested:
+            time.sleep(0.2)
+        stats.train_seconds = time.perf_counter() - loop_started
+        return step, True, stats
 
     def _report(
         self, model: torch.nn.Module, task: Task, amp: bool, step: int, start_step: int, preempted: bool,
@@ -472,8 +490,9 @@ class Trainer:
 
         self.metrics.set_info(
             world_size=str(env.world_size), backend=self.backend, torch_version=torch.__version__,
-            task=task.name, rank=str(env.rank),
+            task=task.name, rank=str(env.rank), job_name=env.job_name, restart=str(env.restart_count),
         )  # fmt: skip
+        self.metrics.set_total_steps(self.total_steps)
         self.log(
             "start", world_size=env.world_size, local_rank=env.local_rank, backend=self.backend,
             device=str(self.device), task=task.name, job=env.job_name, restart_count=env.restart_count,

@@ -15,6 +15,10 @@ ANNOTATION_REPLICAS = "dpjob.io/replicas"  # replicas the gang was created for (
 ANNOTATION_WORLD_SIZE = "dpjob.io/world-size"
 
 TRAINER_CONTAINER = "trainer"
+# The trainer container's Prometheus port (named "metrics") unless the template names its own; rank 0's
+# endpoint there is what the operator reads for status.progress (api/progress.py).
+METRICS_PORT = 9090
+METRICS_PORT_NAME = "metrics"
 # Written by the Ascend device plugin on every pod allocated Ascend chips; read by the rank table.
 ASCEND_ANNOTATION = "ascend.kubectl.kubernetes.io/ascend-910-configuration"
 # Rank-table file names: the ConfigMap's keys, so also the file names under the mount path.

@@ -50,6 +50,11 @@ class RunPolicy:
     clean_pod_policy: str = "Running"
     suspend: bool = False
     gang_scheduling: str = "Auto"   # Auto: a Kubernetes PodGroup when the cluster serves one | Disabled
+    # The stall watchdog (reconcile/stall.py): no step for this long while Running (None: off) ...
+    stall_timeout_seconds: int | None = None
+    # ... or no first step this long after all ranks started running (None: off) ...
+    startup_timeout_seconds: int | None = None
+    stall_policy: str = "Restart"   # ... then: Restart (a gang restart) | Fail | None (condition and event only)
 
 
 @dataclass(frozen=True)
@@ -166,7 +171,14 @@ def _rank_table(rt: Mapping[str, Any]) -> RankTableSpec:
     )
 
 
+STALL_POLICIES = ("Restart", "Fail", "None")
+
+
 def _run_policy(rp: Mapping[str, Any]) -> RunPolicy:
+    stall_policy = rp.get("stallPolicy", "Restart")
+    if stall_policy not in STALL_POLICIES:
+        raise SpecError("spec.runPolicy.stallPolicy",
+                        f"must be one of {', '.join(STALL_POLICIES)}, got {stall_policy!r}")
     return RunPolicy(
         restart_policy=rp.get("restartPolicy", "OnFailure"),
         backoff_limit=int(rp.get("backoffLimit", 3)),
@@ -175,4 +187,11 @@ def _run_policy(rp: Mapping[str, Any]) -> RunPolicy:
         clean_pod_policy=rp.get("cleanPodPolicy", "Running"),
         suspend=bool(rp.get("suspend", False)),
         gang_scheduling=rp.get("gangScheduling", "Auto"),
+        stall_timeout_seconds=_optional_int(rp.get("stallTimeoutSeconds")),
+        startup_timeout_seconds=_optional_int(rp.get("startupTimeoutSeconds")),
+        stall_policy=stall_policy,
     )
+
+
+def _optional_int(value: Any) -> int | None:
+    return None if value is None else int(value)

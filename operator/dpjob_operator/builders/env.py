@@ -36,6 +36,18 @@ def effective_backend(job: Job, pool: PoolConfig) -> str:
     return job.spec.backend or pool.default_backend
 
 
+def metrics_port(job: Job) -> int:
+    """Where the trainer serves Prometheus metrics: the trainer container's port named ``metrics``
+    when the template declares one, else the one the pod builder adds (9090). Exported to the
+    pod as ``DPJOB_METRICS_PORT``; the operator reads rank 0's progress there."""
+    containers = (job.spec.template.get("spec") or {}).get("containers") or []
+    trainer: dict[str, Any] = next((ctr for ctr in containers if ctr.get("name") == c.TRAINER_CONTAINER), {})
+    for port in trainer.get("ports") or []:
+        if port.get("name") == c.METRICS_PORT_NAME and port.get("containerPort"):
+            return int(port["containerPort"])
+    return c.METRICS_PORT
+
+
 def _dpjob_env(job: Job, index: int, restart: int, pool: PoolConfig, master: str) -> list[tuple[str, str]]:
     """Our own DPJOB_* contract: what the trainer reads whatever the launcher."""
     spec = job.spec
@@ -55,6 +67,7 @@ def _dpjob_env(job: Job, index: int, restart: int, pool: PoolConfig, master: str
         ("DPJOB_RENDEZVOUS_TIMEOUT", str(spec.rendezvous.timeout_seconds)),
         # torchrun's agent writes the first failed worker's error there: the termination message.
         ("TORCHELASTIC_ERROR_FILE", TERMINATION_LOG),
+        ("DPJOB_METRICS_PORT", str(metrics_port(job))),
     ]
 
 

@@ -25,7 +25,7 @@ from dpjob_operator.builders.env import build_rank_env, merge_env
 
 RANKTABLE_VOLUME = "dpjob-ranktable"
 MINDX_VOLUME = "dpjob-mindx-ranktable"
-METRICS_PORT = 9090
+METRICS_PORT = c.METRICS_PORT
 
 
 def build_headless_service(job: Job) -> dict[str, Any]:

@@ -3,7 +3,8 @@
 The rank pods come from the watch-fed cache (no API call); the rank table is computed from them
 (pure); only the gang may cost a read, and only while the scheduler still has to judge it.
 Whether to look again soon is part of the observation: the scheduler's first verdict lands on a
-PodGroup, which we do not watch.
+PodGroup, which we do not watch. Progress is what rank 0 last reported to the progress reader
+(controller/progress.py), which reads it only while the job is Running.
 """
 
 from __future__ import annotations
@@ -12,10 +13,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from dpjob_operator.api.observed import GangObservation, PodObservation, RankTableOutcome
+from dpjob_operator.api.progress import ProgressView
 from dpjob_operator.api.spec import Job
 from dpjob_operator.builders.configmaps import build_job_rank_tables
+from dpjob_operator.builders.env import metrics_port
 from dpjob_operator.builders.ranktable import RankTableError
 from dpjob_operator.controller.gangs import Gangs
+from dpjob_operator.controller.progress import ProgressReader, Target
 from dpjob_operator.k8s.podcache import PodCache
 
 
@@ -25,6 +29,7 @@ class Observation:
     rank_table: RankTableOutcome | None   # None: the job asked for no rank table
     gang: GangObservation | None          # None: ranks are scheduled one by one
     awaiting_verdict: bool = False        # a PodGroup the scheduler has not judged yet
+    progress: ProgressView | None = None  # None: rank 0 is not being read (the job is not Running)
 
 
 def rank_table_outcome(job: Job, gen: int, pods: Sequence[PodObservation]) -> RankTableOutcome | None:
@@ -39,16 +44,29 @@ def rank_table_outcome(job: Job, gen: int, pods: Sequence[PodObservation]) -> Ra
     return RankTableOutcome(result.ready, result.reason, result.message, result.version, result.files)
 
 
+def progress_target(job: Job, gen: int, phase: str | None, pods: Sequence[PodObservation]) -> Target | None:
+    """Rank 0 of gang ``gen`` while the job is Running and that pod runs with an address, else None."""
+    if phase != "Running":
+        return None
+    rank0 = next((p for p in pods if p.index == 0 and p.restart == gen and p.phase == "Running" and p.pod_ip
+                  and not p.deleting and p.owner_uid == job.uid), None)
+    if rank0 is None or rank0.pod_ip is None:
+        return None
+    return Target((job.namespace, job.name), job.name, gen, rank0.pod_ip, metrics_port(job))
+
+
 class Observer:
-    def __init__(self, pods: PodCache, gangs: Gangs) -> None:
+    def __init__(self, pods: PodCache, gangs: Gangs, progress: ProgressReader) -> None:
         self.pods = pods
         self.gangs = gangs
+        self.progress = progress
 
-    async def observe(self, job: Job, gen: int) -> Observation:
-        """What the cluster holds for generation ``gen`` (the job's ``status.restarts``)."""
+    async def observe(self, job: Job, gen: int, phase: str | None = None) -> Observation:
+        """What the cluster holds for generation ``gen`` (the job's ``status.restarts``) in ``phase``."""
         pods = self.pods.pods_for(job.namespace, job.name)
         outcome = rank_table_outcome(job, gen, pods)
+        progress = self.progress.watch(job.uid, progress_target(job, gen, phase, pods))
         if not self.gangs.enabled_for(job):
-            return Observation(pods, outcome, None)
+            return Observation(pods, outcome, None, progress=progress)
         gang, awaiting = await self.gangs.observe(job, gen, pods)
-        return Observation(pods, outcome, gang, awaiting)
+        return Observation(pods, outcome, gang, awaiting, progress)

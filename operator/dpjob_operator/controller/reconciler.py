@@ -26,6 +26,7 @@ from dpjob_operator.controller.blocking import Blocking
 from dpjob_operator.controller.executor import Executor, PodCreationFailed
 from dpjob_operator.controller.gangs import Gangs
 from dpjob_operator.controller.observer import Observer
+from dpjob_operator.controller.progress import ProgressReader
 from dpjob_operator.controller.timings import Timings
 from dpjob_operator.controller.workqueue import WorkQueue
 from dpjob_operator.k8s import errors
@@ -68,7 +69,8 @@ class Controller:
         self.queue: WorkQueue[JobKey] = WorkQueue(metrics.CONTROLLER, loop)
         self.gangs = Gangs(kube, self.blocking)
         self.timings = Timings()
-        self.observer = Observer(self.pods, self.gangs)
+        self.progress = ProgressReader(self.enqueue)  # called on the loop: a new step enqueues the job
+        self.observer = Observer(self.pods, self.gangs, self.progress)
         self.executor = Executor(cfg, kube, self.blocking, self.gangs, self.timings)
         self._spec_errors: dict[JobKey, str] = {}  # the InvalidSpec message last reported
         self._workers: list[asyncio.Task[None]] = []
@@ -108,6 +110,7 @@ class Controller:
         self.queue.forget(key)
         self.executor.forget(uid)
         self.timings.forget(uid)
+        self.progress.forget(uid)
 
     # ---- lifecycle ------------------------------------------------------------------------
 
@@ -123,6 +126,7 @@ class Controller:
 
     async def stop(self) -> None:
         self.pods.stop()
+        self.progress.stop()
         for task in self._workers:
             task.cancel()
         self.queue.shutdown()
@@ -189,9 +193,9 @@ class Controller:
             return None
         status = dict(body.get("status") or {})
         now = datetime.now(UTC)
-        seen = await self.observer.observe(job, int(status.get("restarts", 0)))
+        seen = await self.observer.observe(job, int(status.get("restarts", 0)), status.get("phase"))
         plan = plan_job(job, status, seen.pods, now, self.cfg.pools.get(job.spec.accelerator), seen.rank_table,
-                        seen.gang)
+                        seen.gang, seen.progress)
         if plan.status != status:
             await self._write_status(key, body, plan.status)
         await self._post_events(body, plan.events)  # the status now says what they announce

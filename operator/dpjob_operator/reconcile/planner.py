@@ -19,6 +19,7 @@ from typing import Any
 from dpjob_operator.api.labels import pod_selector
 from dpjob_operator.api.observed import GangObservation, PodObservation, RankTableOutcome
 from dpjob_operator.api.pools import PoolConfig
+from dpjob_operator.api.progress import ProgressView
 from dpjob_operator.api.spec import Job
 from dpjob_operator.reconcile import reasons as r
 from dpjob_operator.reconcile.actions import (
@@ -40,7 +41,9 @@ from dpjob_operator.reconcile.converge import converge
 from dpjob_operator.reconcile.deadline import deadline_due, deadline_exceeded
 from dpjob_operator.reconcile.failure import fail_job, handle_failures
 from dpjob_operator.reconcile.pool import pool_missing
+from dpjob_operator.reconcile.progress import apply_progress
 from dpjob_operator.reconcile.refusals import recover_fixed_spec
+from dpjob_operator.reconcile.stall import apply_stall, settle_stall
 from dpjob_operator.reconcile.success import apply_success
 from dpjob_operator.reconcile.suspend import apply_suspend
 
@@ -67,11 +70,11 @@ __all__ = [
 
 def plan_job(job: Job, status: Mapping[str, Any], pods: Sequence[PodObservation], now: datetime,
              pool: PoolConfig | None, rank_table: RankTableOutcome | None = None,
-             gang: GangObservation | None = None) -> Plan:
+             gang: GangObservation | None = None, progress: ProgressView | None = None) -> Plan:
     """Decide what to do for ``job`` now. See the module docstring for the invariants.
 
     ``gang`` is None when the ranks are scheduled one by one (the cluster has no gang API, the
-    operator or the job disabled it).
+    operator or the job disabled it). ``progress``: what rank 0 last reported (None: not read).
     """
     fixed = recover_fixed_spec(status)
     ctx = PassContext(job, status if fixed is None else fixed, now, gang)
@@ -87,10 +90,13 @@ def plan_job(job: Job, status: Mapping[str, Any], pods: Sequence[PodObservation]
         pass
     elif (late := _start(ctx)) is not None:
         fail_job(ctx, current, r.DEADLINE_EXCEEDED, late)
-    elif handle_failures(ctx, current) or apply_success(ctx, current):
+    elif handle_failures(ctx, current) or apply_success(ctx, current) or apply_stall(ctx, current, progress):
         pass
     else:
         converge(ctx, current, pods, rank_table, foreign)
+    if phase not in r.TERMINAL:
+        settle_stall(ctx)
+        apply_progress(ctx, progress)  # last: a pass that writes anyway takes the progress along
     return ctx.plan()
 
 

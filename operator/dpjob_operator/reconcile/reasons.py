@@ -20,6 +20,7 @@ TERMINAL = (SUCCEEDED, FAILED)
 POOL_AVAILABLE = "PoolAvailable"
 PODS_SCHEDULED = "PodsScheduled"
 RANK_TABLE_READY = "RankTableReady"
+STALLED = "Stalled"   # also the reason of a stall (no step for runPolicy.stallTimeoutSeconds)
 
 # Reasons
 ACCEPTED = "Accepted"
@@ -49,3 +50,5 @@ FAILED_CREATE_POD = "FailedCreatePod"
 AWAITING_ROOT_CAUSE = "AwaitingRootCause"
 POD_NAME_CONFLICT = "PodNameConflict"
 SPEC_FIXED = "SpecFixed"
+STARTUP_TIMEOUT = "StartupTimeout"   # no first step within runPolicy.startupTimeoutSeconds
+PROGRESSING = "Progressing"          # Stalled=False: steps are reported again
