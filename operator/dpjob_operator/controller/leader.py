@@ -86,12 +86,12 @@ class LeaderElector:
         """Stand by until the Lease is ours, then lead until it cannot be renewed."""
         log.info("leader election: %s is a candidate for lease %s/%s", self.identity, self.leases.namespace,
                  self.leases.name)
-        await self._acquire()
+        acquired = await self._acquire()
         self._set_leading(True)
         log.info("leader election: %s became the leader (lease %s/%s)", self.identity, self.leases.namespace,
                  self.leases.name)
         self._on_started()
-        reason = await self._renew_until_lost()
+        reason = await self._renew_until_lost(acquired)
         self._on_stopped(reason)  # fence first: no reconcile may start once we are not sure to lead
         self._set_leading(False)
 
@@ -110,24 +110,34 @@ class LeaderElector:
 
     # ---- the two loops ------------------------------------------------------------------
 
-    async def _acquire(self) -> None:
-        while await self._try(leading=False) not in _OURS:
+    async def _acquire(self) -> float:
+        """Try until the Lease is ours; returns when (monotonic) the winning try started."""
+        while True:
+            started = time.monotonic()
+            if await self._try(leading=False) in _OURS:
+                return started
             await asyncio.sleep(self.timings.retry_period * (1 + random.uniform(0, JITTER)))
 
-    async def _renew_until_lost(self) -> str:
-        """Renew every retry period; returns why leadership ended."""
-        renewed = time.monotonic()
+    async def _renew_until_lost(self, acquired: float) -> str:
+        """Renew every retry period; returns why leadership ended. The deadline counts from the
+        *start* of the last successful try, which is before the server stored that renewal and so
+        before any standby can have seen it: we stop before a standby may take over."""
+        renewed = acquired
         while True:
             await asyncio.sleep(self.timings.retry_period)
             deadline = renewed + self.timings.renew_deadline
-            while (verdict := await self._try(leading=True, deadline=deadline)) not in _OURS:
+            while True:
+                started = time.monotonic()
+                verdict = await self._try(leading=True, deadline=deadline)
+                if verdict in _OURS:
+                    renewed = started
+                    break
                 if verdict is Verdict.LOST:
                     return f"the lease now names {self.holder or 'no holder'}"
                 left = deadline - time.monotonic()
                 if left <= 0:
                     return f"could not renew the lease for {self.timings.renew_deadline:g}s (the renew deadline)"
                 await asyncio.sleep(min(self.timings.retry_period, left))
-            renewed = time.monotonic()
 
     # ---- one try --------------------------------------------------------------------------
 
