@@ -37,14 +37,16 @@ class LeaderElectionConfig:
 def leader_election_config(raw: Mapping[str, Any], env: Mapping[str, str],
                            serviceaccount_namespace: Path = SERVICEACCOUNT_NAMESPACE) -> LeaderElectionConfig:
     """From the config file's ``leaderElection`` section (``enabled``, ``namespace``,
-    ``leaseName``) and the environment, which wins."""
+    ``leaseName``) and the environment, which wins (``DPJOB_LEADER_ELECTION``,
+    ``DPJOB_LEADER_ELECTION_NAMESPACE``, ``DPJOB_LEADER_ELECTION_LEASE_NAME``)."""
     own_namespace = env.get("DPJOB_POD_NAMESPACE") or _read(serviceaccount_namespace)
     in_cluster = bool(env.get("KUBERNETES_SERVICE_HOST")) and own_namespace is not None
     enabled = _flag(env.get("DPJOB_LEADER_ELECTION"), raw.get("enabled"), default=in_cluster)
     namespace = (env.get("DPJOB_LEADER_ELECTION_NAMESPACE") or raw.get("namespace") or own_namespace
                  or "default")
-    return LeaderElectionConfig(enabled=enabled, namespace=str(namespace),
-                                lease_name=str(raw.get("leaseName") or LEASE_NAME), identity=identity(env))
+    lease_name = env.get("DPJOB_LEADER_ELECTION_LEASE_NAME") or raw.get("leaseName") or LEASE_NAME
+    return LeaderElectionConfig(enabled=enabled, namespace=str(namespace), lease_name=str(lease_name),
+                                identity=identity(env))
 
 
 def identity(env: Mapping[str, str]) -> str:

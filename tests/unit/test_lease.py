@@ -214,10 +214,14 @@ def test_identity_is_the_pod_name_and_a_random_suffix_else_hostname_pid(tmp_path
     assert plain == f"{socket.gethostname()}_{os.getpid()}"
 
 
-def test_the_config_file_can_turn_it_off_and_a_typo_is_refused(tmp_path: Path) -> None:
+def test_the_config_file_and_the_environment_set_it_and_a_typo_is_refused(tmp_path: Path) -> None:
     path = tmp_path / "config.json"
     path.write_text('{"leaderElection": {"enabled": false}}')
     pod_env = {"KUBERNETES_SERVICE_HOST": "10.96.0.1", "DPJOB_POD_NAMESPACE": "ops"}
     assert not load_config(str(path), environ=pod_env).leader_election.enabled
+    path.write_text('{"leaderElection": {"enabled": true, "leaseName": "from-file"}}')
+    assert load_config(str(path), environ={}).leader_election.lease_name == "from-file"
+    env = {"DPJOB_LEADER_ELECTION_LEASE_NAME": "from-env"}
+    assert load_config(str(path), environ=env).leader_election.lease_name == "from-env"
     with pytest.raises(ValueError, match="DPJOB_LEADER_ELECTION must be true or false"):
         load_config(environ={"DPJOB_LEADER_ELECTION": "maybe"}, serviceaccount_namespace=tmp_path / "none")
