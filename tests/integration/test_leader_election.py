@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 
 from dpjob_operator.api.lease import LeaseTimings, Verdict, decide, observe
-from dpjob_operator.api.timestamps import parse_micro_iso
+from dpjob_operator.api.timestamps import micro_iso, parse_micro_iso
 from dpjob_operator.controller.leader import LeaderElector
 from dpjob_operator.k8s.leases import LeaseClient, LeaseConflict
 from tests.support import cluster as dpj
@@ -137,10 +137,14 @@ def test_a_graceful_stop_releases_the_lease_and_the_standby_leads_within_a_retry
 def test_two_writes_from_one_reading_cannot_both_win(api, namespace):
     """Optimistic concurrency is the API server's: the loser gets a 409, never a silent overwrite."""
     leases = LeaseClient(api, namespace, LEASE)
-    now = datetime.now(UTC)
+    # Whole seconds on purpose: the client's typed V1Lease would send "...:00+00:00", which the
+    # API server's MicroTime refuses; the Lease must store exactly the six digits we write.
+    now = datetime.now(UTC).replace(microsecond=0)
     created = decide(observe(None, None, None, now), "x", now, TIMINGS.lease_duration)
     assert created.create and created.spec is not None
     first = leases.create(created.spec)
+    assert first.spec["acquireTime"] == first.spec["renewTime"] == micro_iso(now)
+    assert micro_iso(now).endswith(".000000Z")
     with pytest.raises(LeaseConflict):  # a second create of the same Lease
         leases.create({"holderIdentity": "y", "leaseDurationSeconds": TIMINGS.lease_duration})
     # Two candidates read rv N, both find "x" expired 20 s later, both replace at rv N: one wins.
