@@ -204,6 +204,8 @@ def test_only_the_leader_reconciles_and_a_killed_leaders_jobs_are_taken_over(clu
         assert _metric(standby_metrics, "controller_runtime_reconcile_total") == 0
         assert _metric(leader_metrics, "leader_election_master_status") == 1
         assert _metric(standby_metrics, "leader_election_master_status") == 0
+        # sum(dpjob_jobs) over replicas counts the job once: the standby reports zeros.
+        assert _metric(leader_metrics, "dpjob_jobs") == 1 and _metric(standby_metrics, "dpjob_jobs") == 0
         assert "controller started" not in second.log_text()
 
         first.stop(sig=9)  # no release: the standby waits for the Lease to expire

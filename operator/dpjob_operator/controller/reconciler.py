@@ -64,10 +64,12 @@ class Controller:
         self._spec_errors: dict[JobKey, str] = {}  # the InvalidSpec message last reported
         self._workers: list[asyncio.Task[None]] = []
         self._fenced = False
-        self._collectors = (  # scrape-time gauges over the job cache; a job without a phase yet is Pending
+        # Scrape-time gauges over the job cache; a job without a phase yet is Pending. Only the
+        # leader counts (a standby reports zeros), so sum() over replicas counts each job once.
+        self._collectors = (
             metrics.JobsByPhase(lambda: [(b.get("status") or {}).get("phase") or "Pending"
-                                         for b in list(self.jobs.values())]),
-            metrics.JobsUnschedulable(lambda: [b.get("status") or {} for b in list(self.jobs.values())]))
+                                         for b in self._counted_jobs()]),
+            metrics.JobsUnschedulable(lambda: [b.get("status") or {} for b in self._counted_jobs()]))
         for collector in self._collectors:
             metrics.REGISTRY.register(collector)
 
@@ -123,6 +125,9 @@ class Controller:
     @property
     def working(self) -> bool:
         return bool(self._workers) and not self._fenced
+
+    def _counted_jobs(self) -> list[dict[str, Any]]:
+        return list(self.jobs.values()) if self.working else []
 
     def fence(self) -> None:
         """Stop writing, for good: cancel the workers and every timer, drop the API calls not yet
