@@ -151,8 +151,9 @@ class LeaderElector:
             self._observation = observe(self._observation, stored.spec if stored else None,
                                         stored.resource_version if stored else None, now)
             decision = decide(self._observation, self.identity, now, self.timings.lease_duration, leading)
-            if decision.spec is None:
-                self._log_holder(decision.holder)
+            if decision.spec is None:  # WAIT, or LOST (the caller says so)
+                if decision.verdict is Verdict.WAIT:
+                    self._log_holder(decision.holder)
                 return decision.verdict
             written = await self._blocking(deadline, self.leases.write, decision.spec, decision.resource_version)
         except LeaseConflict:
@@ -167,25 +168,40 @@ class LeaderElector:
         return decision.verdict
 
     async def _release(self) -> None:
-        """Bounded by the renew deadline: a stop must not hang on an unreachable API server."""
+        """Bounded by the renew deadline: a stop must not hang on an unreachable API server. One
+        retry on a conflict: a renewal cancelled by the stop may still land just before."""
         deadline = time.monotonic() + self.timings.renew_deadline
-        try:
-            stored = await self._blocking(deadline, self.leases.get)
-            now = self._clock()
-            self._observation = observe(self._observation, stored.spec if stored else None,
-                                        stored.resource_version if stored else None, now)
-            decision = release(self._observation, self.identity, now)
-            if decision is None or decision.spec is None:
-                log.info("leader election: lease %s/%s is not ours any more; nothing to release",
-                         self.leases.namespace, self.leases.name)
+        for attempt in (1, 2):
+            try:
+                if not await self._release_once(deadline):
+                    log.info("leader election: lease %s/%s is not ours any more; nothing to release",
+                             self.leases.namespace, self.leases.name)
+                    return
+            except LeaseConflict:
+                if attempt == 1:
+                    continue
+                error = "it kept changing"
+            except Exception as e:  # noqa: BLE001 - a standby takes over when the lease expires anyway
+                error = errors.describe(e) or type(e).__name__
+            else:
+                log.info("leader election: %s released lease %s/%s", self.identity, self.leases.namespace,
+                         self.leases.name)
                 return
-            await self._blocking(deadline, self.leases.write, decision.spec, decision.resource_version)
-        except Exception as e:  # noqa: BLE001 - a standby takes over when the lease expires anyway
             log.warning("leader election: could not release lease %s/%s (%s); a standby takes over when it "
-                        "expires", self.leases.namespace, self.leases.name, errors.describe(e) or type(e).__name__)
+                        "expires", self.leases.namespace, self.leases.name, error)
             return
-        log.info("leader election: %s released lease %s/%s", self.identity, self.leases.namespace,
-                 self.leases.name)
+
+    async def _release_once(self, deadline: float) -> bool:
+        """Read, then write the release; False when the Lease is not ours to release."""
+        stored = await self._blocking(deadline, self.leases.get)
+        now = self._clock()
+        self._observation = observe(self._observation, stored.spec if stored else None,
+                                    stored.resource_version if stored else None, now)
+        decision = release(self._observation, self.identity, now)
+        if decision is None or decision.spec is None:
+            return False
+        await self._blocking(deadline, self.leases.write, decision.spec, decision.resource_version)
+        return True
 
     async def _blocking(self, deadline: float, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
         left = deadline - time.monotonic()
