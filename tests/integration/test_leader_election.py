@@ -76,6 +76,11 @@ def spec_of(namespace: str) -> dict[str, Any]:
     return spec
 
 
+async def stored_spec(namespace: str) -> dict[str, Any]:
+    """``spec_of`` off the loop: kubectl must not stall the electors under test."""
+    return await asyncio.to_thread(spec_of, namespace)
+
+
 def pair(api: Any, namespace: str) -> tuple[Candidate, Candidate]:
     a, b = Candidate(api, namespace, "a"), Candidate(api, namespace, "b")
     a.elector.start()
@@ -96,7 +101,7 @@ def test_exactly_one_leads_and_a_dead_leader_is_replaced_when_its_lease_expires(
     async def scenario() -> None:
         a, b = pair(api, namespace)
         leader, standby = await one_leader(a, b)
-        spec = spec_of(namespace)
+        spec = await stored_spec(namespace)
         assert spec["holderIdentity"] == leader.elector.identity and spec["leaseTransitions"] == 0
         assert spec["leaseDurationSeconds"] == TIMINGS.lease_duration
         assert leader.elector.role == "leader" and standby.elector.role == "standby" and not standby.started
@@ -106,12 +111,12 @@ def test_exactly_one_leads_and_a_dead_leader_is_replaced_when_its_lease_expires(
         # Not before the Lease expired (its last renewal was at most one retry period before the
         # death), and not much after.
         assert TIMINGS.lease_duration - TIMINGS.retry_period - 1 <= took <= TIMINGS.lease_duration + 6, took
-        spec = spec_of(namespace)
+        spec = await stored_spec(namespace)
         assert spec["holderIdentity"] == standby.elector.identity and spec["leaseTransitions"] == 1
         acquired, renewed = parse_micro_iso(spec["acquireTime"]), parse_micro_iso(spec["renewTime"])
         assert acquired is not None and renewed is not None and acquired <= renewed
         await asyncio.sleep(2 * TIMINGS.retry_period)
-        assert spec_of(namespace)["leaseTransitions"] == 1, "the new leader renews: no more transitions"
+        assert (await stored_spec(namespace))["leaseTransitions"] == 1, "the new leader renews: no more transitions"
         assert standby.stopped == []
         await standby.elector.stop()
     run(scenario)
@@ -124,11 +129,11 @@ def test_a_graceful_stop_releases_the_lease_and_the_standby_leads_within_a_retry
         await leader.elector.stop(release_lease=True)
         took = await eventually(lambda: standby.leading, HANDOVER + 1, "the standby to lead after the release")
         assert took <= HANDOVER, took
-        spec = spec_of(namespace)
+        spec = await stored_spec(namespace)
         # The release kept the count; the takeover added one.
         assert spec["holderIdentity"] == standby.elector.identity and spec["leaseTransitions"] == 1
         await standby.elector.stop()
-        released = spec_of(namespace)
+        released = await stored_spec(namespace)
         assert "holderIdentity" not in released and released["leaseDurationSeconds"] == 1
         assert released["leaseTransitions"] == 1
     run(scenario)
