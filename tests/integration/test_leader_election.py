@@ -16,7 +16,7 @@ import asyncio
 import json
 import re
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable, Coroutine
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -65,7 +65,7 @@ async def eventually(check: Callable[[], bool], timeout: float, what: str) -> fl
     return time.monotonic() - started
 
 
-def run(scenario: Callable[[], Awaitable[None]]) -> None:
+def run(scenario: Callable[[], Coroutine[Any, Any, None]]) -> None:
     asyncio.run(scenario())
 
 
