@@ -111,6 +111,9 @@ def delete_job(custom, core, ns: str, name: str) -> None:
 
 
 def with_operator(env: dict[str, str], fn):
+    from devcluster import stack
+
+    stack.scale_operator(0)  # one operator at a time (they share the leader Lease): this one
     op = OperatorProcess(KUBECONFIG, DEVCLUSTER / "logs" / "operator-bench.log", env)
     op.start()
     try:

@@ -16,8 +16,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.operator import OperatorProcess
+from tests.support.cluster import lease_holder
+from tests.support.operator import LEASE_DURATION, OperatorProcess, dev_lease
 from tests.support.paths import DEVCLUSTER, KUBECONFIG, REPO
+from tests.support.waits import wait_until
 
 
 def _cluster_ready() -> bool:
@@ -91,8 +93,9 @@ def _operator_process(cluster: Path, crds) -> Iterator[OperatorProcess]:
 def operator(_operator_process: OperatorProcess) -> OperatorProcess:
     """The operator as a process of this checkout, shared by the tests in their own namespaces.
 
-    The Helm-installed operator pod (``make dev``, the e2e tests) watches every namespace too and
-    would race it: it is scaled to zero first. Only one operator ever reconciles at a time.
+    The Helm-installed operator pod (``make dev``, the e2e tests) watches every namespace too: it
+    is scaled to zero first (releasing the Lease both campaign for, so this process leads at
+    once). Only one operator ever reconciles at a time, and leader election enforces it.
     """
     from devcluster import stack
 
@@ -118,8 +121,12 @@ def operator_pod(_operator_process: OperatorProcess, _helm_operator: str) -> dic
     """
     from devcluster import stack
 
-    _operator_process.stop()
+    _operator_process.stop()  # SIGTERM: it releases the Lease the pod campaigns for
     stack.scale_operator(1)
     pod = stack.operator_pod()
     assert pod is not None and pod["spec"]["containers"][0]["image"] == _helm_operator
+    # Ready is not leading (a standby is Ready too): wait until the pod holds the Lease.
+    lease = dev_lease()
+    wait_until(lambda: lease_holder(*lease).startswith(f"{pod['metadata']['name']}_"),
+               timeout=LEASE_DURATION + 20, what=f"operator pod {pod['metadata']['name']} to lead")
     return pod

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import asyncio
 import logging
 import sys
 
@@ -37,14 +38,17 @@ def main(argv: list[str] | None = None) -> int:
     logging.getLogger("kopf.objects").setLevel(logging.WARNING)
     logging.getLogger("aiohttp.access").setLevel(logging.WARNING)
     handlers._state["config"] = cfg
+    # Raised when leadership is lost: kopf stops gracefully and we exit with _state["exit_code"].
+    stop_flag = handlers._state["stop_flag"] = asyncio.Event()
     ensure_login_name()
     kopf.run(
         standalone=True,
         clusterwide=not cfg.namespaces,
         namespaces=cfg.namespaces,
         liveness_endpoint=f"http://0.0.0.0:{cfg.health_port}/healthz" if cfg.health_port else None,
+        stop_flag=stop_flag,
     )
-    return 0
+    return int(handlers._state.get("exit_code", 0))
 
 
 if __name__ == "__main__":

@@ -2,7 +2,8 @@
 
 Loaded from a YAML/JSON file named by ``DPJOB_CONFIG`` (the Helm chart renders one from
 values.yaml) with ``DPJOB_*`` environment overrides for the scalar knobs. Pools are data, not
-code, so a cluster admin can rename resources, labels and taints without a release.
+code, so a cluster admin can rename resources, labels and taints without a release. Leader
+election's settings (``election_config.py``) come from the same file and environment.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from dpjob_operator.api.pools import DEFAULT_POOLS, PoolConfig
+from dpjob_operator.election_config import SERVICEACCOUNT_NAMESPACE, LeaderElectionConfig, leader_election_config
 
 GANG_MODES = ("auto", "disabled")
 
@@ -35,6 +37,7 @@ class OperatorConfig:
     # auto: one PodGroup per gang when the API server serves scheduling.k8s.io/v1alpha2
     # (Kubernetes >= 1.35 with GenericWorkload and GangScheduling); disabled: never.
     gang_scheduling: str = "auto"
+    leader_election: LeaderElectionConfig = field(default_factory=LeaderElectionConfig)
 
 
 def _pool_from_dict(raw: Mapping[str, Any]) -> PoolConfig:
@@ -47,19 +50,27 @@ def _pool_from_dict(raw: Mapping[str, Any]) -> PoolConfig:
     )
 
 
-def load_config(path: str | None = None, environ: Mapping[str, str] | None = None) -> OperatorConfig:
-    """Read the config file (if any), then apply ``DPJOB_*`` environment overrides."""
+def _read_file(path: str) -> Mapping[str, Any]:
+    """The config file: JSON (what the chart renders) or YAML (what a person writes)."""
+    text = Path(path).read_text()
+    try:
+        parsed = json.loads(text)
+    except json.JSONDecodeError:
+        import yaml
+
+        parsed = yaml.safe_load(text)
+    return parsed or {}
+
+
+def load_config(path: str | None = None, environ: Mapping[str, str] | None = None,
+                serviceaccount_namespace: Path = SERVICEACCOUNT_NAMESPACE) -> OperatorConfig:
+    """Read the config file (if any), then apply ``DPJOB_*`` environment overrides.
+    ``serviceaccount_namespace`` is where a pod finds its namespace (tests point it elsewhere)."""
     env = os.environ if environ is None else environ
     cfg = OperatorConfig()
     path = path or env.get("DPJOB_CONFIG")
+    raw = _read_file(path) if path else {}
     if path:
-        text = Path(path).read_text()
-        try:
-            raw = json.loads(text)
-        except json.JSONDecodeError:
-            import yaml
-
-            raw = yaml.safe_load(text) or {}
         pools = dict(cfg.pools)
         for name, pool in (raw.get("pools") or {}).items():
             pools[name] = _pool_from_dict(pool)
@@ -89,6 +100,8 @@ def load_config(path: str | None = None, environ: Mapping[str, str] | None = Non
             overrides[attr] = conv(env[key])
     if env.get("DPJOB_NAMESPACES"):
         overrides["namespaces"] = tuple(n.strip() for n in env["DPJOB_NAMESPACES"].split(",") if n.strip())
+    overrides["leader_election"] = leader_election_config(raw.get("leaderElection") or {}, env,
+                                                          serviceaccount_namespace)
     cfg = replace(cfg, **overrides)
     if cfg.gang_scheduling not in GANG_MODES:
         raise ValueError(f"gangScheduling must be one of {', '.join(GANG_MODES)}, got {cfg.gang_scheduling!r}")

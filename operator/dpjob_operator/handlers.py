@@ -3,12 +3,18 @@
 No change-detecting handlers (on.create/update) on the job and none at all on Pods: those
 write diff-base and progress annotations and cost PATCHes; ``on.event`` writes nothing, and
 the controller's level-triggered reconcile does the rest.
+
+With leader election on, every replica watches and caches (jobs, pods), but only the leader's
+controller has workers. A replica that loses the Lease fences and exits non-zero, as
+kube-controller-manager does; a graceful stop (SIGTERM) stops the workers, then releases the Lease.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import os
+import threading
 from typing import Any
 
 import kopf
@@ -18,10 +24,14 @@ from dpjob_operator import metrics
 from dpjob_operator.api import constants as c
 from dpjob_operator.config import OperatorConfig, load_config
 from dpjob_operator.controller import Controller
+from dpjob_operator.controller.leader import LeaderElector
 from dpjob_operator.k8s.client import KubeClient, load_api_client
+from dpjob_operator.k8s.leases import LeaseClient
 
 log = logging.getLogger("dpjob")
 _state: dict[str, Any] = {}
+# After losing the Lease, kopf's graceful stop gets this long before the process ends anyway.
+EXIT_GRACE_SECONDS = 20.0
 
 
 def configure(settings: kopf.OperatorSettings, cfg: OperatorConfig) -> None:
@@ -46,13 +56,43 @@ async def startup(settings: kopf.OperatorSettings, **_: Any) -> None:
     controller = Controller(cfg, KubeClient(api, cfg.api_qps, cfg.api_burst), asyncio.get_running_loop())
     await controller.start()
     _state["controller"] = controller
+    election = cfg.leader_election
+    if not election.enabled:
+        controller.start_workers()
+        return
+    leases = LeaseClient(load_api_client(4), election.namespace, election.lease_name)
+    elector = LeaderElector(leases, election.identity, election.timings,
+                            on_started_leading=controller.start_workers, on_stopped_leading=_stopped_leading)
+    _state["elector"] = elector
+    elector.start()  # in the background: kopf serves /healthz only after startup returns
+
+
+def _stopped_leading(reason: str) -> None:
+    """client-go's OnStoppedLeading in kube-controller-manager: stop writing at once, then exit
+    non-zero, so Kubernetes restarts the pod clean and it campaigns again as a standby."""
+    controller: Controller | None = _state.get("controller")
+    if controller is not None:
+        controller.fence()
+    log.error("leader election: stopped leading (%s); workers stopped; exiting so that the pod restarts clean",
+              reason)
+    _state["exit_code"] = 1
+    stop_flag: asyncio.Event | None = _state.get("stop_flag")
+    if stop_flag is not None:
+        stop_flag.set()
+    timer = threading.Timer(EXIT_GRACE_SECONDS, os._exit, (1,))  # if kopf's stop hangs, end it anyway
+    timer.daemon = True
+    timer.start()
 
 
 @kopf.on.cleanup()
 async def cleanup(**_: Any) -> None:
+    """Workers first, the Lease after: the next leader must not overlap with our last writes."""
     controller = _state.pop("controller", None)
     if controller is not None:
         await controller.stop()
+    elector: LeaderElector | None = _state.pop("elector", None)
+    if elector is not None:
+        await elector.stop(release_lease=True)
 
 
 @kopf.on.event(c.GROUP, c.VERSION, c.PLURAL)
@@ -81,6 +121,16 @@ def probe_progress(**_: Any) -> str:
 def probe_jobs(**_: Any) -> int:
     controller: Controller | None = _state.get("controller")
     return len(controller.jobs) if controller else 0
+
+
+@kopf.on.probe(id="role")
+async def probe_role(**_: Any) -> str:
+    """``leader`` or ``standby``; either way the replica is alive (liveness stays green)."""
+    elector: LeaderElector | None = _state.get("elector")
+    if elector is not None:
+        return elector.role
+    controller: Controller | None = _state.get("controller")
+    return "leader" if controller is not None and controller.working else "standby"
 
 
 def _plain(obj: Any) -> Any:

@@ -28,6 +28,9 @@ RATE_LIMITER_WAIT = Histogram("rest_client_rate_limiter_duration_seconds",
                               "Time spent waiting for the client-side rate limiter", ["verb"],
                               buckets=(0.0, 0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
                               registry=REGISTRY)
+# client-go's name: 1 while this replica holds the leader Lease, 0 while it stands by.
+LEADER = Gauge("leader_election_master_status", "1 when this replica leads, 0 when it stands by", ["name"],
+               registry=REGISTRY)
 PODS_CREATED = Counter("dpjob_pods_created_total", "Rank pods created", registry=REGISTRY)
 PODS_DELETED = Counter("dpjob_pods_deleted_total", "Rank pods deleted by the operator", ["reason"],
                        registry=REGISTRY)

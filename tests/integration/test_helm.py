@@ -86,7 +86,9 @@ def test_helm_install_creates_every_object(cluster, namespace):
         kubectl("get", "clusterrole", name)
         kubectl("get", "clusterrolebinding", name)
         dep = json.loads(kubectl("get", "deployment", name, "-n", namespace, "-o", "json").stdout)
-        assert dep["spec"]["strategy"]["type"] == "Recreate" and dep["spec"]["replicas"] == 1
+        assert dep["spec"]["strategy"]["type"] == "RollingUpdate" and dep["spec"]["replicas"] == 1
+        kubectl("get", "role", f"{name}-leader-election", "-n", namespace)
+        kubectl("get", "rolebinding", f"{name}-leader-election", "-n", namespace)
         dashboards = json.loads(kubectl("get", "configmap", "-n", namespace, "-l", "grafana_dashboard=1",
                                         "-o", "json").stdout)["items"]
         assert sorted(next(iter(cm["data"])) for cm in dashboards) == ["dpjob-operator.json", "dpjob-training.json"]
@@ -115,6 +117,15 @@ def test_service_account_rbac_is_enough_and_least_privilege(cluster, namespace, 
             assert can_i(kc, verb, resource, ns), f"SA cannot {verb} {resource} in {ns or 'all namespaces'}"
         assert can_i(kc, "patch", "dataparalleljobs.dpjob.io", namespace, subresource="status")
         assert can_i(kc, "create", "pods", "default"), "cluster-wide install: any namespace"
+        # Leader election (k8s/leases.py): its own Lease in the release namespace, nothing more.
+        lease = f"leases.coordination.k8s.io/{sa}-leader"
+        assert can_i(kc, "create", "leases.coordination.k8s.io", namespace)
+        assert can_i(kc, "get", lease, namespace) and can_i(kc, "update", lease, namespace)
+        for verb, resource, ns in (("create", "leases.coordination.k8s.io", "default"),
+                                   ("update", "leases.coordination.k8s.io/kube-scheduler", namespace),
+                                   ("list", "leases.coordination.k8s.io", namespace),
+                                   ("delete", lease, namespace), ("get", f"{lease}", "kube-system")):
+            assert not can_i(kc, verb, resource, ns), f"SA may {verb} {resource} in {ns}"
 
         denied = [
             ("create", "secrets", namespace), ("get", "secrets", namespace), ("list", "secrets", None),
@@ -175,4 +186,6 @@ def test_rendered_defaults_match_a_server_side_default_roundtrip(cluster, namesp
     c = served["spec"]["template"]["spec"]["containers"][0]
     assert c["securityContext"]["readOnlyRootFilesystem"] is True
     assert c["livenessProbe"]["httpGet"]["port"] == "health"
-    assert served["spec"]["strategy"] == {"type": "Recreate"}
+    # Leader election makes a rolling update safe: the new pod stands by until the old one releases.
+    assert served["spec"]["strategy"] == {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1,
+                                                                                    "maxUnavailable": 0}}

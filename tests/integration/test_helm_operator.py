@@ -20,7 +20,9 @@ def test_operator_with_the_chart_service_account_runs_a_job(cluster, namespace, 
     with Installed(cluster, namespace) as inst:
         kubeconfig = service_account_kubeconfig(namespace, fullname(inst.release), tmp_path / "sa.kubeconfig")
         operator.stop()  # exactly one operator may own the job
-        sa_operator = OperatorProcess(kubeconfig, DEVCLUSTER / "logs" / "operator-sa.log")
+        # Leader election on the release's own Lease, in the release namespace: the chart's Role.
+        sa_operator = OperatorProcess(kubeconfig, DEVCLUSTER / "logs" / "operator-sa.log",
+                                      lease=(namespace, f"{fullname(inst.release)}-leader"))
         try:
             sa_operator.start()
             dpj.create(api, namespace, JobBuilder().replicas(2).completes_after("2s").obj())

@@ -112,3 +112,20 @@ def events(namespace: str, name: str) -> list[dict[str, Any]]:
 def event_reasons(namespace: str, name: str) -> set[str]:
     """The reasons of the object's events: what most assertions on events compare."""
     return {e["reason"] for e in events(namespace, name)}
+
+
+def lease(namespace: str, name: str) -> dict[str, Any] | None:
+    """A coordination.k8s.io Lease as stored (leader election's), None when there is none."""
+    out = kubectl("get", "lease", name, "-n", namespace, "-o", "json", check=False)
+    if out.returncode != 0:
+        if "NotFound" in out.stderr:
+            return None
+        raise AssertionError(f"kubectl get lease {namespace}/{name}: {out.stderr.strip()}")
+    found: dict[str, Any] = json.loads(out.stdout)
+    return found
+
+
+def lease_holder(namespace: str, name: str) -> str:
+    """Who holds the Lease now ("" when it is free or absent)."""
+    found = lease(namespace, name)
+    return str(((found or {}).get("spec") or {}).get("holderIdentity") or "")

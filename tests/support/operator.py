@@ -3,28 +3,54 @@
 Integration tests, the Helm RBAC test (run with the chart's ServiceAccount token) and the scale
 benchmark all start it the same way: its own metrics and health ports, a short resync, the
 sources of this checkout on PYTHONPATH, and tied to the parent so a killed run leaves none behind.
+
+Leader election is on, on the same Lease as the Helm-installed dev operator (release
+``dpjob-operator`` in ``dpjob-system``) unless a test names another: the two exclude each other
+for real, not only because the fixtures scale one to zero. ``start`` returns once this process
+leads (``wait_to_lead``), so a test never times a job against a standby; ``stop`` (SIGTERM)
+releases the Lease, so whichever operator comes next leads within a retry period.
 """
 
 from __future__ import annotations
 
+import json
 import os
+import socket
 import subprocess
 import sys
+import time
 import urllib.request
 from pathlib import Path
 
+from tests.support.cluster import kubectl, lease_holder
 from tests.support.paths import REPO
 from tests.support.ports import free_port
 from tests.support.waits import wait_until
 
+# operator/dpjob_operator/api/lease.py: LeaseTimings().lease_duration. A dead holder's Lease is
+# taken over this long after it stopped renewing; a released one at the next retry.
+LEASE_DURATION = 15
+
+
+def dev_lease() -> tuple[str, str]:
+    """The Lease of the Helm-installed dev operator: ``<fullname>-leader`` in its namespace."""
+    from devcluster import stack
+
+    return stack.OPERATOR_NAMESPACE, f"{stack.OPERATOR_DEPLOYMENT}-leader"
+
 
 class OperatorProcess:
-    """Start, stop, restart the operator and read its /metrics."""
+    """Start, stop, restart the operator and read its /metrics, /healthz and Lease."""
 
-    def __init__(self, kubeconfig: Path, log_path: Path, extra_env: dict[str, str] | None = None) -> None:
+    def __init__(self, kubeconfig: Path, log_path: Path, extra_env: dict[str, str] | None = None, *,
+                 lease: tuple[str, str] | None = None, leader_election: bool = True,
+                 wait_to_lead: bool = True) -> None:
         self.kubeconfig = kubeconfig
         self.log_path = log_path
         self.extra_env = extra_env or {}
+        self.lease = lease
+        self.leader_election = leader_election
+        self.wait_to_lead = wait_to_lead
         self.proc: subprocess.Popen[bytes] | None = None
         self.metrics_port = free_port()
         self.health_port = free_port()
@@ -32,12 +58,62 @@ class OperatorProcess:
     def start(self) -> None:
         env = {**os.environ, "KUBECONFIG": str(self.kubeconfig), "PYTHONUNBUFFERED": "1",
                "DPJOB_METRICS_PORT": str(self.metrics_port), "DPJOB_HEALTH_PORT": str(self.health_port),
-               "DPJOB_RESYNC_SECONDS": "5", "PYTHONPATH": _source_pythonpath(), **self.extra_env}
+               "DPJOB_RESYNC_SECONDS": "5", "PYTHONPATH": _source_pythonpath(), **self._election_env(),
+               **self.extra_env}
         with open(self.log_path, "ab") as logf:  # the child keeps its own descriptor
             self.proc = subprocess.Popen([sys.executable, "-m", "dpjob_operator"], env=env, stdout=logf,
                                          stderr=subprocess.STDOUT, cwd=REPO, start_new_session=True,
                                          preexec_fn=_die_with_parent)
         wait_until(self._healthy, timeout=60, what="operator /healthz")
+        if self.leader_election and self.wait_to_lead:
+            self.wait_leading(timeout=LEASE_DURATION + 20)
+
+    # ---- leader election --------------------------------------------------------------------
+
+    def _election_env(self) -> dict[str, str]:
+        if not self.leader_election:
+            return {"DPJOB_LEADER_ELECTION": "false"}
+        namespace, name = self.lease_key
+        if kubectl("get", "namespace", namespace, check=False).returncode != 0:
+            kubectl("create", "namespace", namespace, check=False)  # the Helm install may come later
+        # No DPJOB_POD_NAME: the identity is <hostname>_<pid>, which ``identity`` can tell.
+        return {"DPJOB_LEADER_ELECTION": "true", "DPJOB_LEADER_ELECTION_NAMESPACE": namespace,
+                "DPJOB_LEADER_ELECTION_LEASE_NAME": name, "DPJOB_POD_NAME": ""}
+
+    @property
+    def lease_key(self) -> tuple[str, str]:
+        return self.lease or dev_lease()
+
+    @property
+    def identity(self) -> str:
+        """What this process writes into the Lease as its holderIdentity."""
+        assert self.proc is not None, "not started"
+        return f"{socket.gethostname()}_{self.proc.pid}"
+
+    def holder(self) -> str:
+        return lease_holder(*self.lease_key)
+
+    def leading(self) -> bool:
+        return self.holder() == self.identity
+
+    def wait_leading(self, timeout: float) -> float:
+        """Seconds until the Lease names this process; fails naming the holder that kept it."""
+        started = time.monotonic()
+        try:
+            wait_until(lambda: self._healthy() and self.leading(), timeout=timeout, interval=0.2,
+                       what=f"operator {self.identity} to lead")
+        except AssertionError as e:
+            raise AssertionError(f"{e}; lease {'/'.join(self.lease_key)} is held by {self.holder()!r} "
+                                 "(the Helm-installed operator? scale it to 0 first)") from None
+        return time.monotonic() - started
+
+    def role(self) -> str:
+        """``leader`` or ``standby`` from /healthz (kopf caches probe results for up to 10 s)."""
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.health_port}/healthz", timeout=5) as r:
+            return str(json.loads(r.read()).get("role"))
+
+    def log_text(self) -> str:
+        return self.log_path.read_text(errors="replace")
 
     def _healthy(self) -> bool:
         if self.proc and self.proc.poll() is not None:
@@ -50,6 +126,7 @@ class OperatorProcess:
             return False
 
     def stop(self, sig: int = 15) -> None:
+        """SIGTERM (the default) is a graceful stop: the workers stop and the Lease is released."""
         if self.proc and self.proc.poll() is None:
             os.killpg(self.proc.pid, sig)
             try:

@@ -162,7 +162,8 @@ def test_dashboards_use_only_exported_metrics():
 
 @needs_helm
 @pytest.mark.parametrize("bad", ["imagee.tag=x", "podMonitor.enable=true", "pools.gpu.deviceResorce=x",
-                                 "serviceMonitor.additionalLabel.release=kps", "replicaCount=2",
+                                 "serviceMonitor.additionalLabel.release=kps",
+                                 "leaderElection.enabled=false,replicaCount=2", "leaderElection.enable=true",
                                  "logLevel=verbose", "pools.tpu.defaultBackend=nccl"])
 def test_values_schema_rejects_typos(bad: str):
     proc = template(set_=[bad], check=False)
@@ -175,10 +176,11 @@ def test_default_render():
     objs = render()
     kinds = sorted(o["kind"] for o in objs)
     assert kinds == sorted(["ServiceAccount", "ClusterRole", "ClusterRoleBinding", "ConfigMap", "Deployment",
-                            "Service", "ConfigMap", "ConfigMap"]), kinds
+                            "Service", "ConfigMap", "ConfigMap", "Role", "RoleBinding"]), kinds
     dep = by_kind(objs, "Deployment")[0]
     assert dep["spec"]["replicas"] == 1
-    assert dep["spec"]["strategy"] == {"type": "Recreate"}
+    # Leader election is on: an upgrade starts the new pod as a standby before the old one stops.
+    assert dep["spec"]["strategy"] == {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}}
     pod = dep["spec"]["template"]["spec"]
     assert pod["securityContext"]["runAsNonRoot"] is True
     assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
@@ -190,6 +192,8 @@ def test_default_render():
         assert c[probe]["httpGet"] == {"path": "/healthz", "port": "health"}
     ports = {p["name"]: p["containerPort"] for p in c["ports"]}
     assert ports == {"http-metrics": 8080, "health": 8081}
+    downward = {e["name"]: e["valueFrom"]["fieldRef"]["fieldPath"] for e in c["env"] if "valueFrom" in e}
+    assert downward == {"DPJOB_POD_NAME": "metadata.name", "DPJOB_POD_NAMESPACE": "metadata.namespace"}
     env = {e["name"]: e.get("value") for e in c["env"]}
     mounts = {m["mountPath"]: m["name"] for m in c["volumeMounts"]}
     assert env["DPJOB_CONFIG"].startswith("/etc/dpjob/") and mounts["/etc/dpjob"] == "config"
@@ -247,8 +251,8 @@ def test_default_pools_equal_operator_defaults(tmp_path: Path):
 def test_watch_namespaces_render_roles_not_clusterroles():
     objs = render(values={"watchNamespaces": ["team-a", "team-b"]})
     assert not by_kind(objs, "ClusterRole") and not by_kind(objs, "ClusterRoleBinding")
-    roles = by_kind(objs, "Role")
-    bindings = by_kind(objs, "RoleBinding")
+    roles = [r for r in by_kind(objs, "Role") if not r["metadata"]["name"].endswith("-leader-election")]
+    bindings = [b for b in by_kind(objs, "RoleBinding") if not b["metadata"]["name"].endswith("-leader-election")]
     assert sorted(r["metadata"]["namespace"] for r in roles) == ["team-a", "team-b"]
     assert sorted(b["metadata"]["namespace"] for b in bindings) == ["team-a", "team-b"]
     for b in bindings:
@@ -277,6 +281,48 @@ def test_rbac_rules_are_least_privilege():
             for v in rule["verbs"]} == expected
     (cm,) = [c for c in by_kind(render(set_=["gangScheduling=disabled"]), "ConfigMap") if "config.json" in c["data"]]
     assert json.loads(cm["data"]["config.json"])["gangScheduling"] == "disabled"
+
+
+@needs_helm
+def test_leader_election_renders_a_lease_role_in_the_release_namespace(tmp_path: Path):
+    from dpjob_operator.config import load_config
+
+    objs = render(values={"watchNamespaces": ["team-a"]})
+    (role,) = [r for r in by_kind(objs, "Role") if r["metadata"]["name"] == "dpjob-dpjob-operator-leader-election"]
+    (binding,) = [b for b in by_kind(objs, "RoleBinding") if b["roleRef"]["name"] == role["metadata"]["name"]]
+    assert role["metadata"]["namespace"] == binding["metadata"]["namespace"] == "dpjob-system"
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "dpjob-dpjob-operator",
+                                    "namespace": "dpjob-system"}]
+    # create cannot be limited by name; get and update only touch the release's own Lease.
+    assert role["rules"] == [
+        {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["create"]},
+        {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"],
+         "resourceNames": ["dpjob-dpjob-operator-leader"], "verbs": ["get", "update"]}]
+    # ... which is the Lease the operator campaigns for, in the namespace the downward API gives it.
+    (cm,) = [c for c in by_kind(objs, "ConfigMap") if "config.json" in c["data"]]
+    path = tmp_path / "config.json"
+    path.write_text(cm["data"]["config.json"])
+    election = load_config(str(path), environ={"DPJOB_POD_NAMESPACE": "dpjob-system", "DPJOB_POD_NAME": "op-0"},
+                           serviceaccount_namespace=tmp_path / "none").leader_election
+    assert (election.enabled, election.namespace, election.lease_name) == (True, "dpjob-system",
+                                                                           "dpjob-dpjob-operator-leader")
+    assert election.identity.startswith("op-0_")
+
+
+@needs_helm
+def test_two_replicas_need_leader_election_and_without_it_the_deployment_recreates(tmp_path: Path):
+    from dpjob_operator.config import load_config
+
+    dep = by_kind(render(set_=["replicaCount=2"]), "Deployment")[0]
+    assert dep["spec"]["replicas"] == 2 and dep["spec"]["strategy"]["type"] == "RollingUpdate"
+    objs = render(set_=["leaderElection.enabled=false"])
+    assert by_kind(objs, "Deployment")[0]["spec"]["strategy"] == {"type": "Recreate"}
+    assert not by_kind(objs, "Role") and not by_kind(objs, "RoleBinding")
+    (cm,) = [c for c in by_kind(objs, "ConfigMap") if "config.json" in c["data"]]
+    path = tmp_path / "config.json"
+    path.write_text(cm["data"]["config.json"])
+    in_a_pod = {"KUBERNETES_SERVICE_HOST": "10.96.0.1", "DPJOB_POD_NAMESPACE": "dpjob-system"}
+    assert not load_config(str(path), environ=in_a_pod).leader_election.enabled
 
 
 @needs_helm

@@ -94,6 +94,11 @@ and kopf use). Shared by the ClusterRole and the per-namespace Roles.
 {{- end }}
 {{- end }}
 
+{{/* The leader-election Lease: one per release, in the release namespace. */}}
+{{- define "dpjob-operator.leaseName" -}}
+{{- printf "%s-leader" (include "dpjob-operator.fullname" .) | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
 {{/* The operator config file (operator/dpjob_operator/config.py), rendered as JSON. */}}
 {{- define "dpjob-operator.config" -}}
 {{- $pools := dict }}
@@ -117,6 +122,7 @@ and kopf use). Shared by the ClusterRole and the per-namespace Roles.
   "healthPort" .Values.health.port
   "clusterDomain" .Values.clusterDomain
   "logLevel" .Values.logLevel
-  "gangScheduling" .Values.gangScheduling }}
+  "gangScheduling" .Values.gangScheduling
+  "leaderElection" (dict "enabled" .Values.leaderElection.enabled "leaseName" (include "dpjob-operator.leaseName" .)) }}
 {{- toPrettyJson $cfg }}
 {{- end }}

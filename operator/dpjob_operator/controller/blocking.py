@@ -43,3 +43,12 @@ class Blocking:
     def shutdown(self) -> None:
         """Stop taking calls and drop those not yet started; running ones finish in their threads."""
         self.pool.shutdown(wait=False, cancel_futures=True)
+
+    async def drain(self, timeout: float) -> bool:
+        """After ``shutdown``: wait up to ``timeout`` seconds for the calls still running; False if
+        some still are. A graceful stop hands the leader Lease over only after its last writes."""
+        try:
+            await asyncio.wait_for(asyncio.to_thread(self.pool.shutdown, wait=True), timeout)
+        except TimeoutError:
+            return False
+        return True

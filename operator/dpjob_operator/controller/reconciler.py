@@ -74,10 +74,13 @@ class Controller:
         self.executor = Executor(cfg, kube, self.blocking, self.gangs, self.timings)
         self._spec_errors: dict[JobKey, str] = {}  # the InvalidSpec message last reported
         self._workers: list[asyncio.Task[None]] = []
-        self._collectors = (  # scrape-time gauges over the job cache; a job without a phase yet is Pending
+        self._fenced = False
+        # Scrape-time gauges over the job cache; a job without a phase yet is Pending. Only the
+        # leader counts (a standby reports zeros), so sum() over replicas counts each job once.
+        self._collectors = (
             metrics.JobsByPhase(lambda: [(b.get("status") or {}).get("phase") or "Pending"
-                                         for b in list(self.jobs.values())]),
-            metrics.JobsUnschedulable(lambda: [b.get("status") or {} for b in list(self.jobs.values())]))
+                                         for b in self._counted_jobs()]),
+            metrics.JobsUnschedulable(lambda: [b.get("status") or {} for b in self._counted_jobs()]))
         for collector in self._collectors:
             metrics.REGISTRY.register(collector)
 
@@ -115,22 +118,47 @@ class Controller:
     # ---- lifecycle ------------------------------------------------------------------------
 
     async def start(self) -> None:
+        """Warm up: gang-scheduling discovery and a synced pod cache. Writes nothing, so a standby
+        replica does this too and is ready to work the moment it leads (``start_workers``)."""
         await self.gangs.detect(self.cfg.gang_scheduling)
         self.pods.start()
         synced = await asyncio.to_thread(self.pods.wait_synced, 120)
         if not synced:
             raise RuntimeError("the rank-pod cache did not sync within 120s; is the API server reachable?")
+
+    def start_workers(self) -> None:
+        """Start reconciling (this replica leads). Keys queued while standing by are worked first."""
+        if self._workers or self._fenced:
+            return
         self._workers = [asyncio.create_task(self._worker()) for _ in range(self.cfg.workers)]
         log.info("controller started: %d workers, api qps=%s burst=%s, create concurrency=%d",
                  self.cfg.workers, self.cfg.api_qps, self.cfg.api_burst, self.cfg.create_concurrency)
 
-    async def stop(self) -> None:
-        self.pods.stop()
+    @property
+    def working(self) -> bool:
+        return bool(self._workers) and not self._fenced
+
+    def _counted_jobs(self) -> list[dict[str, Any]]:
+        return list(self.jobs.values()) if self.working else []
+
+    def fence(self) -> None:
+        """Stop writing, for good: cancel the workers and every timer, drop the API calls not yet
+        started (running ones end within their request timeout). Called when leadership is lost:
+        another replica may already be reconciling the same jobs."""
+        self._fenced = True
         self.progress.stop()
         for task in self._workers:
             task.cancel()
         self.queue.shutdown()
         self.blocking.shutdown()
+
+    async def stop(self, drain_seconds: float = 5.0) -> None:
+        """Fence, and wait a little for the API calls still running, so that a replica taking over
+        after us (we release the Lease next) does not overlap with our last writes."""
+        self.fence()
+        if not await self.blocking.drain(drain_seconds):
+            log.warning("API calls still running %.0fs after stop; not waiting for them", drain_seconds)
+        self.pods.stop()
         for collector in self._collectors:  # a stopped controller reports no jobs (and can be replaced)
             metrics.REGISTRY.unregister(collector)
 
