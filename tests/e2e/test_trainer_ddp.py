@@ -202,7 +202,8 @@ def test_metrics_endpoint_serves_every_documented_metric_with_sane_values(linear
         for name in _documented_metrics():
             assert name in samples or f"{name}_count" in samples, f"rank {rank} does not serve {name}"
         assert labels["dpjob_trainer_info"] == {"world_size": "2", "backend": "gloo", "task": "linear",
-                                                 "torch_version": torch.__version__, "rank": str(rank)}
+                                                 "torch_version": torch.__version__, "rank": str(rank),
+                                                 "job_name": "linear", "restart": "0"}
         assert samples["dpjob_trainer_steps_total"] == LINEAR_STEPS
         assert samples["dpjob_trainer_samples_total"] == 2 * LINEAR_STEPS
         assert samples["dpjob_trainer_step_duration_seconds_count"] == LINEAR_STEPS

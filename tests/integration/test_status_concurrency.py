@@ -24,22 +24,23 @@ def kube(api, _operator_process):
 
 def test_a_write_from_an_old_view_is_refused_and_the_newer_status_survives(api, namespace, kube):
     seen = dpj.create(api, namespace, JobBuilder("occ", namespace).obj())
-    rv, uid = seen["metadata"]["resourceVersion"], seen["metadata"]["uid"]
-    newer = kube.patch_job_status(namespace, "occ", {"phase": "Running", "message": "the newer pass"}, rv, uid)
+    rv = seen["metadata"]["resourceVersion"]
+    newer = kube.patch_job_status(namespace, "occ", {"phase": "Running", "message": "the newer pass"}, rv)
     with pytest.raises(errors.ApiError) as refused:
-        kube.patch_job_status(namespace, "occ", {"phase": "Pending", "message": "a stale pass"}, rv, uid)
+        kube.patch_job_status(namespace, "occ", {"phase": "Pending", "message": "a stale pass"}, rv)
     assert errors.is_conflict(refused.value)
     assert dpj.status(api, namespace, "occ")["message"] == "the newer pass"
     kube.patch_job_status(namespace, "occ", {"message": "planned from the current view"},
-                          newer["metadata"]["resourceVersion"], uid)
+                          newer["metadata"]["resourceVersion"])
     assert dpj.status(api, namespace, "occ")["message"] == "planned from the current view"
 
 
 def test_a_write_meant_for_a_deleted_job_never_lands_on_its_namesake(api, namespace, kube):
+    """resourceVersions are etcd revisions, never reused: the old job's one cannot match its namesake."""
     old = dpj.create(api, namespace, JobBuilder("again", namespace).obj())
     dpj.delete(api, namespace, "again")
     dpj.create(api, namespace, JobBuilder("again", namespace).obj())
     with pytest.raises(errors.ApiError) as refused:
-        kube.patch_job_status(namespace, "again", {"phase": "Failed"}, None, old["metadata"]["uid"])
+        kube.patch_job_status(namespace, "again", {"phase": "Failed"}, old["metadata"]["resourceVersion"])
     assert errors.is_conflict(refused.value)
     assert "phase" not in dpj.status(api, namespace, "again")

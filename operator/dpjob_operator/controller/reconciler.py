@@ -275,7 +275,7 @@ class Controller:
         patch = {**{k: None for k in (body.get("status") or {}) if k not in status}, **status}
         try:
             stored = await self.blocking.run(self.kube.patch_job_status, meta["namespace"], meta["name"], patch,
-                                             meta.get("resourceVersion"), meta.get("uid"))
+                                             meta.get("resourceVersion"))
         except errors.ApiError as e:
             if errors.is_conflict(e):
                 raise StaleJob(key) from e

@@ -238,15 +238,17 @@ class KubeClient:
     # ---- the job --------------------------------------------------------------------------
 
     def patch_job_status(self, namespace: str, name: str, status: Mapping[str, Any],
-                         resource_version: str | None = None, uid: str | None = None) -> dict[str, Any]:
+                         resource_version: str | None = None) -> dict[str, Any]:
         """Merge-patch the status subresource; returns the job as the server stored it.
 
-        With ``resource_version`` (and ``uid``) the patch is a precondition: the server answers 409
-        if the job changed since it was read (or was deleted and re-created under the same name),
-        so a decision made from an old view is never written over a newer one.
+        With ``resource_version`` the patch is a precondition: the server answers 409 if the job
+        changed since it was read, or was deleted and re-created under the same name (a
+        resourceVersion is an etcd revision, never reused), so a decision made from an old view is
+        never written over a newer one.
         """
-        meta = {k: v for k, v in (("resourceVersion", resource_version), ("uid", uid)) if v}
-        body: dict[str, Any] = {"status": status, **({"metadata": meta} if meta else {})}
+        body: dict[str, Any] = {"status": status}
+        if resource_version:
+            body["metadata"] = {"resourceVersion": resource_version}
         resp = self._call("PATCH", self.custom.patch_namespaced_custom_object_status, c.GROUP, c.VERSION,
                           namespace, c.PLURAL, name, body, _preload_content=False)
         stored: dict[str, Any] = json.loads(resp.data)
