@@ -34,6 +34,7 @@ from dpjob_operator.reconcile.actions import (
     Plan,
     ReleaseGang,
 )
+from dpjob_operator.reconcile.reasons import FAILED_CREATE_POD, POD_NAME_CONFLICT
 from dpjob_operator.reconcile.refusals import create_refused_message
 
 log = logging.getLogger("dpjob.controller")
@@ -45,9 +46,11 @@ class PodCreationFailed(RuntimeError):
     """Some rank pods could not be created. ``report`` is the message to put in the job's status when
     the cluster refused the pods themselves and the user has not been told this yet; else None."""
 
-    def __init__(self, failed: int, total: int, server_message: str, report: str | None) -> None:
+    def __init__(self, failed: int, total: int, server_message: str, report: str | None,
+                 reason: str = FAILED_CREATE_POD) -> None:
         super().__init__(f"{failed} rank pod creation(s) failed: {server_message}")
         self.report = report
+        self.reason = reason
 
 
 class Executor:
@@ -132,6 +135,21 @@ class Executor:
         log.info("deleting %s/%s: %s", job.namespace, job.name, action.reason)
         await self.blocking.run(self.kube.delete_job, job.namespace, job.name)
 
+    async def _claim_existing(self, job: Job, names: list[str]) -> None:
+        """A 409 on create: the name is taken. Ours (an earlier pass made it) is fine; anyone else's
+        is never adopted (the Job controller's rule): the user hears which pod blocks which rank."""
+        for name in names:
+            owner = await self.blocking.run(self.kube.pod_controller_uid, job.namespace, name)
+            if owner is None or owner == job.uid:
+                continue
+            message = (f"pod {name} exists but is not controlled by this job (controller uid {owner or 'none'}); "
+                       f"delete it or rename the job: the operator never adopts a pod")
+            report = None
+            if self._refusals.get(job.uid) != message:
+                self._refusals[job.uid] = message
+                report = message
+            raise PodCreationFailed(1, len(names), message, report, POD_NAME_CONFLICT)
+
     async def _create_pods(self, job: Job, action: CreatePods, _restart: int) -> None:
         """Create the missing ranks in parallel; a failure raises ``PodCreationFailed`` after all were tried."""
         pool = self.cfg.pools[job.spec.accelerator]
@@ -141,6 +159,9 @@ class Executor:
         results = await self.blocking.bounded([functools.partial(self.kube.create_pod, pod) for pod in pods])
         metrics.PODS_CREATED.inc(sum(1 for r in results if r is True))
         failures = [r for r in results if isinstance(r, BaseException)]
+        taken = [pod["metadata"]["name"] for pod, r in zip(pods, results, strict=True) if r is False]
+        if taken and not failures:
+            await self._claim_existing(job, taken)
         if not failures:
             self._refusals.pop(job.uid, None)
             self.timings.gang_created(job.uid, action.restart)

@@ -253,7 +253,7 @@ class Controller:
             if failure.report is not None:
                 current = self.jobs.get(key, body)
                 refused = create_refused_status(current.get("status") or {}, failure.report,
-                                                datetime.now(UTC), job.generation)
+                                                datetime.now(UTC), job.generation, failure.reason)
                 await self._write_status(key, current, refused.status)
                 await self._post_events(body, refused.events)
             raise

@@ -97,6 +97,18 @@ class KubeClient:
                 return False
             raise
 
+    def pod_controller_uid(self, namespace: str, name: str) -> str | None:
+        """The uid of the pod's controller (ownerReferences[controller=true]); "" when it has none,
+        None when the pod does not exist. Used after a 409 on create: whose pod holds the name?"""
+        try:
+            resp = self._call("GET", self.core.read_namespaced_pod, name, namespace, _preload_content=False)
+        except ApiException as e:
+            if e.status == 404:
+                return None
+            raise
+        refs = (json.loads(resp.data).get("metadata") or {}).get("ownerReferences") or []
+        return next((str(r.get("uid")) for r in refs if r.get("controller")), "")
+
     def delete_pod(self, namespace: str, name: str, grace_seconds: int | None = None) -> bool:
         try:
             body = client.V1DeleteOptions(grace_period_seconds=grace_seconds, propagation_policy="Background")

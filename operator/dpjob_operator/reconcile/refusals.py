@@ -37,14 +37,15 @@ def create_refused_message(failed: int, total: int, server_message: str) -> str:
     return f"creating rank pods failed ({failed} of {total}): {server_message}"
 
 
-def create_refused_status(body_status: Mapping[str, Any], message: str, now: datetime, generation: int) -> Plan:
+def create_refused_status(body_status: Mapping[str, Any], message: str, now: datetime, generation: int,
+                          reason: str = r.FAILED_CREATE_POD) -> Plan:
     """``Created=False/FailedCreatePod``: the cluster refused the rank pods (quota, admission, an invalid
     template). The phase is left alone: the controller keeps retrying with backoff, and the pods appear
     as soon as the user (or the admin) fixes the cause."""
     status = copy.deepcopy(dict(body_status))
-    status["conditions"] = set_condition(status.get("conditions") or [], r.CREATED, False, r.FAILED_CREATE_POD,
+    status["conditions"] = set_condition(status.get("conditions") or [], r.CREATED, False, reason,
                                          message, iso(now), generation)
-    return Plan(status, [], [Event("Warning", r.FAILED_CREATE_POD, message)])
+    return Plan(status, [], [Event("Warning", reason, message)])
 
 
 def recover_fixed_spec(status: Mapping[str, Any]) -> dict[str, Any] | None:

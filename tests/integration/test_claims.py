@@ -1,0 +1,58 @@
+"""Claims by owner UID on the real control plane (the Kubernetes Job controller's rule): the
+operator never adopts a pod it does not control, and a job re-applied under the same name runs
+new pods instead of inheriting the old ones' fate."""
+
+from __future__ import annotations
+
+import pytest
+from kubernetes import client
+
+from tests.support import cluster as dpj
+from tests.support.builders import JobBuilder
+from tests.support.cluster import wait_pods
+from tests.support.waits import wait_until
+
+pytestmark = pytest.mark.integration
+
+
+def _foreign_pod(core, namespace: str, name: str, labels: dict[str, str] | None = None) -> client.V1Pod:
+    return core.create_namespaced_pod(namespace, client.V1Pod(
+        metadata=client.V1ObjectMeta(name=name, labels=labels),
+        spec=client.V1PodSpec(containers=[client.V1Container(name="c", image="registry.k8s.io/pause:3.10")],
+                              node_selector={"dpjob.io/pool": "cpu"},
+                              tolerations=[client.V1Toleration(operator="Exists")])))
+
+
+@pytest.mark.parametrize("labelled", [False, True], ids=["plain", "with-our-labels"])
+def test_a_foreign_pod_holding_a_rank_name_is_reported_and_never_adopted(api, core, namespace, operator,
+                                                                          labelled):
+    labels = {"dpjob.io/job-name": "train", "dpjob.io/rank": "0", "dpjob.io/restart": "0",
+              "app.kubernetes.io/managed-by": "dpjob-operator"} if labelled else None
+    foreign = _foreign_pod(core, namespace, "train-rank-0", labels)
+    dpj.create(api, namespace, JobBuilder().obj())
+
+    def conflict() -> dict | None:
+        conds = {c["type"]: c for c in dpj.status(api, namespace, "train").get("conditions") or []}
+        created = conds.get("Created")
+        return created if created and created["reason"] == "PodNameConflict" else None
+
+    cond = wait_until(conflict, timeout=60, what="Created=False/PodNameConflict")
+    assert cond["status"] == "False" and "train-rank-0" in cond["message"] and "never adopts" in cond["message"]
+    assert "PodNameConflict" in dpj.event_reasons(namespace, "train")
+    wait_until(lambda: core.read_namespaced_pod("train-rank-1", namespace), timeout=60, what="rank 1 created")
+    still = core.read_namespaced_pod("train-rank-0", namespace)
+    assert still.metadata.uid == foreign.metadata.uid and not still.metadata.owner_references
+    assert dpj.status(api, namespace, "train").get("phase") not in ("Running", "Succeeded", "Failed")
+
+
+def test_delete_and_reapply_at_once_runs_new_pods(api, core, namespace, operator):
+    dpj.create(api, namespace, JobBuilder().obj())
+    dpj.wait_phase(api, namespace, "train", "Running", timeout=90)
+    old = {p.metadata.uid for p in dpj.rank_pods(core, namespace, "train")}
+    dpj.delete(api, namespace, "train")
+    new_job = dpj.create(api, namespace, JobBuilder().obj())  # at once: the old pods still exist
+    st = dpj.wait_phase(api, namespace, "train", "Running", timeout=120)
+    pods = wait_pods(core, namespace, "train", 2)
+    assert {p.metadata.uid for p in pods}.isdisjoint(old)
+    assert all(p.metadata.owner_references[0].uid == new_job["metadata"]["uid"] for p in pods)
+    assert st["restarts"] == 0 and "lastFailure" not in st
