@@ -133,6 +133,30 @@ def test_a_failing_script_exits_non_zero_and_names_the_failing_rank(namespace, o
     assert "Traceback" not in run.stderr
 
 
+RAISES_ON_RANK_1 = """\
+import os, time
+def train(rank: int) -> float:
+    return 1 / (rank - 1)  # rank 1 divides by zero
+if int(os.environ["RANK"]) == 1:
+    train(1)
+time.sleep(5)
+"""
+
+
+def test_a_script_that_just_raises_leaves_its_traceback_in_status_and_an_event(api, namespace, operator_pod,
+                                                                              tmp_path):
+    """No logs needed to see why: the kubelet keeps the traceback (FallbackToLogsOnError)."""
+    run = dpjob("-n", namespace, "run", script(tmp_path, "raises.py", RAISES_ON_RANK_1), "--name", "raises",
+                "--replicas", "2", *RESOURCES, "--wait", "--timeout", "300")
+    assert run.returncode == 1, run.stdout + run.stderr
+    last = dpj.status(api, namespace, "raises")["lastFailure"]
+    assert (last["rank"], last["container"], last["exitCode"]) == (1, "trainer", 1), last
+    assert last["message"].rstrip().endswith("ZeroDivisionError: division by zero"), last["message"]
+    assert "return 1 / (rank - 1)" in last["message"]
+    rank_failed = [e for e in dpj.events(namespace, "raises") if e["reason"] == "RankFailed"]
+    assert rank_failed and rank_failed[0]["message"].rstrip().endswith("ZeroDivisionError: division by zero")
+
+
 def _lines(stream: object, into: queue.Queue[str]) -> None:
     for line in stream:  # type: ignore[attr-defined]
         into.put(line.rstrip("\n"))
