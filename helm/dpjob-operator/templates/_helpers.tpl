@@ -57,10 +57,11 @@ The operator's RBAC rules (least privilege: exactly the verbs operator/dpjob_ope
 and kopf use). Shared by the ClusterRole and the per-namespace Roles.
 */}}
 {{- define "dpjob-operator.rules" -}}
-# Rank pods: created, deleted (gang restart, cleanup), and listed/watched by label selector.
+# Rank pods: created, deleted (gang restart, cleanup), and listed/watched by label selector; get
+# after a 409 on create, to tell our own pod from one we must never adopt (claims by owner UID).
 - apiGroups: [""]
   resources: [pods]
-  verbs: [create, delete, list, watch]
+  verbs: [create, delete, get, list, watch]
 # The headless Service of each job: created once (owner references do the cleanup).
 - apiGroups: [""]
   resources: [services]
