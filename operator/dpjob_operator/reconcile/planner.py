@@ -22,18 +22,7 @@ from dpjob_operator.api.pools import PoolConfig
 from dpjob_operator.api.progress import ProgressView
 from dpjob_operator.api.spec import Job
 from dpjob_operator.reconcile import reasons as r
-from dpjob_operator.reconcile.actions import (
-    Action,
-    ApplyRankTable,
-    CreatePods,
-    DeleteJob,
-    DeletePods,
-    EnsureGang,
-    EnsureService,
-    Event,
-    Plan,
-    ReleaseGang,
-)
+from dpjob_operator.reconcile.actions import DeletePods, Event, Plan
 from dpjob_operator.reconcile.claims import claimed
 from dpjob_operator.reconcile.cleanup import finish, ttl_due
 from dpjob_operator.reconcile.context import PassContext
@@ -46,26 +35,6 @@ from dpjob_operator.reconcile.refusals import recover_fixed_spec
 from dpjob_operator.reconcile.stall import apply_stall, settle_stall
 from dpjob_operator.reconcile.success import apply_success
 from dpjob_operator.reconcile.suspend import apply_suspend
-
-TERMINAL = r.TERMINAL
-
-__all__ = [
-    "TERMINAL",
-    "Action",
-    "ApplyRankTable",
-    "CreatePods",
-    "DeleteJob",
-    "DeletePods",
-    "EnsureGang",
-    "EnsureService",
-    "Event",
-    "GangObservation",
-    "Plan",
-    "RankTableOutcome",
-    "ReleaseGang",
-    "next_wakeup",
-    "plan_job",
-]
 
 
 def plan_job(job: Job, status: Mapping[str, Any], pods: Sequence[PodObservation], now: datetime,

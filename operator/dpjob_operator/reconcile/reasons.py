@@ -47,7 +47,6 @@ STALE_GENERATION = "StaleGeneration"
 SCALED_DOWN = "ScaledDown"
 INVALID_SPEC = "InvalidSpec"
 FAILED_CREATE_POD = "FailedCreatePod"
-AWAITING_ROOT_CAUSE = "AwaitingRootCause"
 POD_NAME_CONFLICT = "PodNameConflict"
 SPEC_FIXED = "SpecFixed"
 STARTUP_TIMEOUT = "StartupTimeout"   # no first step within runPolicy.startupTimeoutSeconds

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 from dpjob_operator.api.observed import PodObservation
 from dpjob_operator.api.spec import RunPolicy
+from dpjob_operator.reconcile import reasons as r
 from dpjob_operator.reconcile.rootcause import lost_peer
 
 
@@ -40,19 +41,19 @@ def decide_failure(policy: RunPolicy, pod: PodObservation, failure_restarts: int
     if pod.disrupted:
         # Deleted by someone (kubectl delete, a drain) or disrupted by the cluster (eviction,
         # preemption, node shutdown): not the trainer's fault, so never charged.
-        reason = "PodDeleted" if pod.reason == "PodDeleted" else "Preempted"
-        return FailureDecision(True, False, reason, f"{what}: {'deleted' if reason == 'PodDeleted' else 'disrupted'}, "
+        reason = r.POD_DELETED if pod.reason == r.POD_DELETED else r.PREEMPTED
+        return FailureDecision(True, False, reason, f"{what}: {'deleted' if reason == r.POD_DELETED else 'disrupted'}, "
                                                     f"restarting the gang")
     if policy.restart_policy == "Never":
-        return FailureDecision(False, True, "RankFailed", f"{what}; restartPolicy is Never")
+        return FailureDecision(False, True, r.RANK_FAILED, f"{what}; restartPolicy is Never")
     if policy.restart_policy == "ExitCode" and pod.exit_code is not None and 0 < pod.exit_code < 128 \
             and not lost_peer(pod):
-        return FailureDecision(False, True, "PermanentError",
+        return FailureDecision(False, True, r.PERMANENT_ERROR,
                                f"{what}; exit codes 1-127 are permanent under restartPolicy ExitCode")
     if failure_restarts >= policy.backoff_limit:
-        return FailureDecision(False, True, "BackoffLimitExceeded",
+        return FailureDecision(False, True, r.BACKOFF_LIMIT_EXCEEDED,
                                f"{what}; backoffLimit {policy.backoff_limit} reached after "
                                f"{failure_restarts} gang restart(s)")
-    return FailureDecision(True, True, "RankFailed",
+    return FailureDecision(True, True, r.RANK_FAILED,
                            f"{what}; restarting all ranks (failure restart {failure_restarts + 1} of "
                            f"backoffLimit {policy.backoff_limit})")
