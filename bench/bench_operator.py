@@ -91,7 +91,7 @@ def time_rank_table(custom, core, ns: str, name: str, replicas: int, timeout: fl
         if all_running is None and count_pods(core, ns, name)[1] >= replicas:
             all_running = time.perf_counter()
         try:
-            data = core.read_namespaced_config_map(f"{name}-ranktable", ns).data or {}
+            data = core.read_namespaced_config_map(f"{name}-ranktable-hccl", ns).data or {}
         except client.ApiException:
             data = {}
         if json.loads(data.get("hccl.json", "{}")).get("status") == "completed":

@@ -75,7 +75,8 @@ def _rank_table(data: dict[str, Any]) -> list[str]:
     if not rt["enabled"]:
         return ["Rank table: disabled (spec.rankTable.format: none)"]
     hccl = f", HCCL {rt['hcclVersion']}" if rt.get("hcclVersion") else ""
-    lines = [f"Rank table: ConfigMap {rt['configMap']} ({', '.join(rt['files'])}{hccl}) mounted at {rt['mountPath']}, "
+    maps = ", ".join(f"{name} ({file})" for file, name in rt["configMaps"].items())
+    lines = [f"Rank table: ConfigMap(s) {maps}{hccl} mounted at {rt['mountPath']}, "
              f"RANK_TABLE_FILE={rt['rankTableFile']}"]
     for row in rt["layout"]:
         devices = [d for d in row["devices"] if d is not None]

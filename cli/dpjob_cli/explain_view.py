@@ -17,7 +17,7 @@ from dpjob_operator.api import constants as c
 from dpjob_operator.api.names import pod_group_name, rank_pod_name, ranktable_configmap_name
 from dpjob_operator.api.pools import PoolConfig
 from dpjob_operator.api.spec import Job
-from dpjob_operator.builders.configmaps import rank_table_request
+from dpjob_operator.builders.configmaps import rank_table_request, ranktable_layout
 from dpjob_operator.builders.env import effective_backend, rank_table_file
 from dpjob_operator.builders.gang import gang_min_count
 from dpjob_operator.builders.pods import build_rank_pod
@@ -134,6 +134,7 @@ def rank_table_view(job: Job, ranks: Sequence[int]) -> dict[str, Any]:
     layout = _layout(result.files, names) if result.ready else []
     wanted = {names[i] for i in ranks}
     return {"enabled": True, "configMap": ranktable_configmap_name(job.name),
+            "configMaps": ranktable_layout(job),
             "mountPath": job.spec.rank_table.mount_path, "rankTableFile": rank_table_file(job),
             "files": sorted(result.files), "version": result.version,
             "hcclVersion": select_hccl_version(request) if HCCL_FILE in result.files else None,

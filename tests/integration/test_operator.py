@@ -215,7 +215,7 @@ def test_npu_rank_table_completes_and_is_rewritten_after_a_restart(api, core, na
     wait_pods(core, namespace, "train", 2)
 
     def table(restart):
-        cm = core.read_namespaced_config_map("train-ranktable", namespace)
+        cm = core.read_namespaced_config_map("train-ranktable-hccl", namespace)  # one ConfigMap per file
         data = json.loads(cm.data.get("hccl.json", "{}"))
         st = dpj.status(api, namespace, "train").get("rankTable") or {}
         return data if data.get("status") == "completed" and st.get("restart") == restart and st.get("ready") else None

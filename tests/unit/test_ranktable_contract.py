@@ -73,9 +73,14 @@ def test_rank_table_file_env_names_a_written_file(builder: JobBuilder) -> None:
     env = {e["name"]: e["value"] for e in trainer_container["env"]}
     files = dict.fromkeys(rt.output_files(rank_table_request(job, 0)), rt.INITIALIZING)
     data_of = {cm["metadata"]["name"]: cm["data"] for cm in build_ranktable_configmaps(job, files, 0)}
-    config_map_of = {v["name"]: v["configMap"]["name"] for v in pod["spec"]["volumes"]}
-    mounted = {m["mountPath"].rstrip("/"): data_of[config_map_of[m["name"]]]
-               for m in trainer_container["volumeMounts"]}
+    volumes = {v["name"]: v for v in pod["spec"]["volumes"]}
+
+    def files_of(volume: dict) -> dict:  # a configMap volume, or a projected one of several maps
+        sources = [s["configMap"] for s in volume["projected"]["sources"]] if "projected" in volume \
+            else [volume["configMap"]]
+        return {k: v for source in sources for k, v in data_of[source["name"]].items()}
+
+    mounted = {m["mountPath"].rstrip("/"): files_of(volumes[m["name"]]) for m in trainer_container["volumeMounts"]}
     directory, name = posixpath.split(env["RANK_TABLE_FILE"])
     assert name in mounted[directory]
 

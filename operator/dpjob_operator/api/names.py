@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from dpjob_operator.api.spec import Job
 
 
@@ -15,6 +17,14 @@ def service_name(job_name: str) -> str:
 
 def ranktable_configmap_name(job_name: str) -> str:
     return f"{job_name}-ranktable"
+
+
+def ranktable_configmap_names(job_name: str, files: Sequence[str]) -> dict[str, str]:
+    """File -> the ConfigMap that holds it: one map per file, so each file may use a map's whole
+    1 MiB. The first file keeps ``<job>-ranktable``; the others add their stem
+    (``<job>-ranktable-hccl`` for ``hccl.json`` next to the generic table)."""
+    return {file: ranktable_configmap_name(job_name) + ("" if i == 0 else f"-{file.split('.')[0]}")
+            for i, file in enumerate(files)}
 
 
 def mindx_configmap_name(job_name: str) -> str:

@@ -152,3 +152,6 @@ class RankTableOutcome:
     message: str
     format: str
     files: Mapping[str, str]
+    # Why the last write of these files failed (the API server's words), or None: a completed
+    # table that is not stored is not ready for the trainer.
+    write_error: str | None = None

@@ -9,7 +9,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from dpjob_operator.api.labels import generation_labels
-from dpjob_operator.api.names import mindx_configmap_name, ranktable_configmap_name
+from dpjob_operator.api.names import mindx_configmap_name, ranktable_configmap_names
 from dpjob_operator.api.observed import PodObservation
 from dpjob_operator.api.spec import Job
 from dpjob_operator.builders.ranktable import (
@@ -18,6 +18,7 @@ from dpjob_operator.builders.ranktable import (
     RankTableRequest,
     RankTableResult,
     build_rank_tables,
+    output_files,
 )
 
 
@@ -41,12 +42,23 @@ def build_job_rank_tables(job: Job, restart: int, pods: Sequence[PodObservation]
     return build_rank_tables(rank_table_request(job, restart), rank_pods)
 
 
+def ranktable_layout(job: Job) -> dict[str, str]:
+    """Rank-table file -> its ConfigMap. Fixed by the spec (accelerator and format, both immutable
+    in effect), never by the table's size, because the pods' volumes name these maps at creation."""
+    if job.spec.rank_table.format == "none":
+        return {}
+    return ranktable_configmap_names(job.name, output_files(rank_table_request(job, 0)))
+
+
 def build_ranktable_configmaps(job: Job, files: Mapping[str, str], restart: int) -> list[dict[str, Any]]:
-    """The ConfigMap(s) holding ``files``; the MindX-compatible one carries hccl.json and a version key."""
+    """One ConfigMap per file of ``files`` (see ``ranktable_layout``); the MindX-compatible one
+    carries hccl.json and a version key."""
     meta = {"namespace": job.namespace, "labels": generation_labels(job, restart),
             "ownerReferences": [job.owner_reference]}
-    maps = [{"apiVersion": "v1", "kind": "ConfigMap",
-             "metadata": {"name": ranktable_configmap_name(job.name), **meta}, "data": dict(files)}]
+    layout = ranktable_layout(job)
+    maps = [{"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": layout[file], **meta},
+             "data": {file: body}}
+            for file, body in files.items() if file in layout]
     if job.spec.rank_table.mindx_compatible and HCCL_FILE in files:
         maps.append({"apiVersion": "v1", "kind": "ConfigMap",
                      "metadata": {"name": mindx_configmap_name(job.name), **meta},

@@ -15,12 +15,12 @@ from dpjob_operator.api.labels import generation_match_labels, job_labels, rank_
 from dpjob_operator.api.names import (
     mindx_configmap_name,
     rank_pod_name,
-    ranktable_configmap_name,
     service_name,
 )
 from dpjob_operator.api.pools import PoolConfig
 from dpjob_operator.api.spec import Job
 from dpjob_operator.api.termination import TERMINATION_POLICY
+from dpjob_operator.builders.configmaps import ranktable_layout
 from dpjob_operator.builders.env import build_rank_env, merge_env
 
 RANKTABLE_VOLUME = "dpjob-ranktable"
@@ -101,7 +101,12 @@ def _rank_table_volumes(job: Job) -> tuple[list[dict[str, Any]], list[dict[str, 
     mounts: list[dict[str, Any]] = []
     rt = job.spec.rank_table
     if rt.format != "none":
-        volumes.append({"name": RANKTABLE_VOLUME, "configMap": {"name": ranktable_configmap_name(job.name)}})
+        maps = sorted(set(ranktable_layout(job).values()))
+        if len(maps) == 1:
+            volumes.append({"name": RANKTABLE_VOLUME, "configMap": {"name": maps[0]}})
+        else:  # one map per file, all files under one directory, updated in place like a configMap volume
+            volumes.append({"name": RANKTABLE_VOLUME,
+                            "projected": {"sources": [{"configMap": {"name": name}} for name in maps]}})
         mounts.append({"name": RANKTABLE_VOLUME, "mountPath": rt.mount_path, "readOnly": True})
         if rt.mindx_compatible and job.spec.accelerator == "npu":
             volumes.append({"name": MINDX_VOLUME, "configMap": {"name": mindx_configmap_name(job.name)}})

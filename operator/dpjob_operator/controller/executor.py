@@ -34,7 +34,13 @@ from dpjob_operator.reconcile.actions import (
     Plan,
     ReleaseGang,
 )
-from dpjob_operator.reconcile.reasons import FAILED_CREATE_POD, POD_NAME_CONFLICT
+from dpjob_operator.reconcile.reasons import (
+    CREATED,
+    FAILED_CREATE_POD,
+    POD_NAME_CONFLICT,
+    RANK_TABLE_READY,
+    RANK_TABLE_WRITE_FAILED,
+)
 from dpjob_operator.reconcile.refusals import create_refused_message
 
 log = logging.getLogger("dpjob.controller")
@@ -42,15 +48,31 @@ log = logging.getLogger("dpjob.controller")
 Handler = Callable[[Job, Any, int], Awaitable[None]]
 
 
-class PodCreationFailed(RuntimeError):
-    """Some rank pods could not be created. ``report`` is the message to put in the job's status when
-    the cluster refused the pods themselves and the user has not been told this yet; else None."""
+class ReportedFailure(RuntimeError):
+    """An action the cluster refused. ``report`` is the message to put in the job's status (condition
+    ``condition`` = False with ``reason``) when the user has not been told it yet; else None."""
+
+    def __init__(self, text: str, report: str | None, reason: str, condition: str) -> None:
+        super().__init__(text)
+        self.report = report
+        self.reason = reason
+        self.condition = condition
+
+
+class PodCreationFailed(ReportedFailure):
+    """Some rank pods could not be created (quota, admission, an invalid template, a name taken)."""
 
     def __init__(self, failed: int, total: int, server_message: str, report: str | None,
                  reason: str = FAILED_CREATE_POD) -> None:
-        super().__init__(f"{failed} rank pod creation(s) failed: {server_message}")
-        self.report = report
-        self.reason = reason
+        super().__init__(f"{failed} rank pod creation(s) failed: {server_message}", report, reason, CREATED)
+
+
+class RankTableWriteFailed(ReportedFailure):
+    """The API server refused a rank-table ConfigMap: the trainer would wait on ``initializing``."""
+
+    def __init__(self, name: str, server_message: str, report: str | None) -> None:
+        super().__init__(f"writing rank-table ConfigMap {name} failed: {server_message}", report,
+                         RANK_TABLE_WRITE_FAILED, RANK_TABLE_READY)
 
 
 class Executor:
@@ -67,6 +89,7 @@ class Executor:
         self.memo_seconds = 10 * cfg.resync_seconds
         self._tables: dict[tuple[str, str], tuple[dict[str, str], float]] = {}  # (uid, configmap) -> (data, checked)
         self._refusals: dict[str, str] = {}                       # uid -> pod refusal last reported
+        self._table_errors: dict[str, str] = {}                   # uid -> why the last table write failed
         self.handlers: Mapping[type, Handler] = {
             EnsureService: self._ensure_service,
             ApplyRankTable: self._apply_rank_table,
@@ -90,6 +113,7 @@ class Executor:
         """Drop every memo of a deleted job, so a long-lived operator does not grow."""
         self._services.pop(uid, None)
         self._refusals.pop(uid, None)
+        self._table_errors.pop(uid, None)
         for memo in [k for k in self._tables if k[0] == uid]:
             del self._tables[memo]
         self.gangs.forget(uid)
@@ -102,7 +126,21 @@ class Executor:
             await self.blocking.run(self.kube.create_if_absent, build_headless_service(job))
             self._services[job.uid] = time.monotonic()
 
+    def rank_table_write_error(self, uid: str) -> str | None:
+        """Why the job's last rank-table write failed, until a write succeeds (for the planner)."""
+        return self._table_errors.get(uid)
+
     async def _apply_rank_table(self, job: Job, action: ApplyRankTable, restart: int) -> None:
+        """Write the table; a refusal is remembered (the planner reports it) and reported once."""
+        try:
+            await self._write_rank_tables(job, action, restart)
+        except RankTableWriteFailed as failure:
+            if self._table_errors.get(job.uid) != str(failure):
+                self._table_errors[job.uid] = failure.report = str(failure)
+            raise
+        self._table_errors.pop(job.uid, None)
+
+    async def _write_rank_tables(self, job: Job, action: ApplyRankTable, restart: int) -> None:
         """Write each ConfigMap only when its data differs from what we (or a previous operator) wrote."""
         for cm in build_ranktable_configmaps(job, action.files, restart):
             name = cm["metadata"]["name"]
@@ -112,7 +150,12 @@ class Executor:
                 current = await self.blocking.run(self.kube.read_configmap_data, job.namespace, name)
                 known = None if current is None else (current, time.monotonic())
             if known is None or known[0] != cm["data"]:
-                await self.blocking.run(self.kube.apply_configmap, cm)
+                try:
+                    await self.blocking.run(self.kube.apply_configmap, cm)
+                except errors.ApiError as e:
+                    if errors.is_refusal(e) or errors.status_of(e) == 413:  # too large, quota, admission
+                        raise RankTableWriteFailed(name, errors.api_message(e), None) from e
+                    raise  # transient: the worker's backoff retries it
                 known = (dict(cm["data"]), time.monotonic())
             self._tables[memo] = known
 

@@ -13,6 +13,7 @@ about jobs the planner cannot see (an invalid spec, refused pods) come from
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import time
 from collections.abc import Sequence
@@ -23,7 +24,7 @@ from dpjob_operator import metrics
 from dpjob_operator.api.spec import Job, SpecError, parse_job
 from dpjob_operator.config import OperatorConfig
 from dpjob_operator.controller.blocking import Blocking
-from dpjob_operator.controller.executor import Executor, PodCreationFailed
+from dpjob_operator.controller.executor import Executor, ReportedFailure
 from dpjob_operator.controller.gangs import Gangs
 from dpjob_operator.controller.observer import Observer
 from dpjob_operator.controller.progress import ProgressReader
@@ -222,13 +223,18 @@ class Controller:
         status = dict(body.get("status") or {})
         now = datetime.now(UTC)
         seen = await self.observer.observe(job, int(status.get("restarts", 0)), status.get("phase"))
-        plan = plan_job(job, status, seen.pods, now, self.cfg.pools.get(job.spec.accelerator), seen.rank_table,
+        table = seen.rank_table
+        if table is not None:
+            table = dataclasses.replace(table, write_error=self.executor.rank_table_write_error(job.uid))
+        plan = plan_job(job, status, seen.pods, now, self.cfg.pools.get(job.spec.accelerator), table,
                         seen.gang, seen.progress)
         if plan.status != status:
             await self._write_status(key, body, plan.status)
         await self._post_events(body, plan.events)  # the status now says what they announce
         await self._execute(key, job, body, plan)
         self.timings.observe_pass(job, status, plan)
+        if table is not None and table.write_error and self.executor.rank_table_write_error(job.uid) is None:
+            return 0.0  # the table is stored now: say so at once instead of at the next resync
         return self._look_again_in(job, plan, now, seen.awaiting_verdict)
 
     def _look_again_in(self, job: Job, plan: Plan, now: datetime, awaiting_verdict: bool) -> float:
@@ -249,11 +255,11 @@ class Controller:
         failure goes on to the worker's backoff."""
         try:
             await self.executor.execute(job, plan)
-        except PodCreationFailed as failure:
+        except ReportedFailure as failure:
             if failure.report is not None:
                 current = self.jobs.get(key, body)
                 refused = create_refused_status(current.get("status") or {}, failure.report,
-                                                datetime.now(UTC), job.generation, failure.reason)
+                                                datetime.now(UTC), job.generation, failure.reason, failure.condition)
                 await self._write_status(key, current, refused.status)
                 await self._post_events(body, refused.events)
             raise

@@ -48,6 +48,7 @@ SCALED_DOWN = "ScaledDown"
 INVALID_SPEC = "InvalidSpec"
 FAILED_CREATE_POD = "FailedCreatePod"
 POD_NAME_CONFLICT = "PodNameConflict"
+RANK_TABLE_WRITE_FAILED = "RankTableWriteFailed"  # the API server refused to store a completed table
 SPEC_FIXED = "SpecFixed"
 STARTUP_TIMEOUT = "StartupTimeout"   # no first step within runPolicy.startupTimeoutSeconds
 PROGRESSING = "Progressing"          # Stalled=False: steps are reported again

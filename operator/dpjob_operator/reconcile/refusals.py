@@ -38,12 +38,13 @@ def create_refused_message(failed: int, total: int, server_message: str) -> str:
 
 
 def create_refused_status(body_status: Mapping[str, Any], message: str, now: datetime, generation: int,
-                          reason: str = r.FAILED_CREATE_POD) -> Plan:
+                          reason: str = r.FAILED_CREATE_POD, condition: str = r.CREATED) -> Plan:
     """``Created=False/FailedCreatePod``: the cluster refused the rank pods (quota, admission, an invalid
-    template). The phase is left alone: the controller keeps retrying with backoff, and the pods appear
-    as soon as the user (or the admin) fixes the cause."""
+    template); or ``RankTableReady=False/RankTableWriteFailed`` for a refused rank-table ConfigMap. The
+    phase is left alone: the controller keeps retrying with backoff, and the objects appear as soon as
+    the user (or the admin) fixes the cause."""
     status = copy.deepcopy(dict(body_status))
-    status["conditions"] = set_condition(status.get("conditions") or [], r.CREATED, False, reason,
+    status["conditions"] = set_condition(status.get("conditions") or [], condition, False, reason,
                                          message, iso(now), generation)
     return Plan(status, [], [Event("Warning", reason, message)])
 

@@ -12,7 +12,8 @@ Formats (see docs/ranktable.md for examples):
 
 Modules, one concern each: ``model`` (names, errors, value types), ``request`` (validation and
 which files), ``ascend`` (device annotation, HCCL and MindX rules), ``problems`` (readiness and
-the condition's reason/message), ``tables`` (the generic table and the file set). Import from
+the condition's reason/message), ``size`` (the ConfigMap limit, compact writing), ``tables`` (the
+generic table and the file set). Import from
 the package: the module split is an implementation detail.
 """
 
@@ -48,6 +49,7 @@ from dpjob_operator.builders.ranktable.problems import (
     REASON_DUPLICATE_RANK_INDEX,
     REASON_DUPLICATE_SERVER_ID,
     REASON_INVALID_DEVICE_ANNOTATION,
+    REASON_TOO_LARGE,
     REASON_WAITING_FOR_DEVICE_ANNOTATION,
     REASON_WAITING_FOR_POD_IPS,
     REASON_WAITING_FOR_PODS,
@@ -62,6 +64,11 @@ from dpjob_operator.builders.ranktable.request import (
     output_files,
     validate_request,
 )
+from dpjob_operator.builders.ranktable.size import (
+    COMPACT_ABOVE_BYTES,
+    FILE_LIMIT_BYTES,
+    max_servers,
+)
 from dpjob_operator.builders.ranktable.tables import (
     build_generic_rank_table,
     build_hccl_rank_table,
@@ -73,6 +80,8 @@ __all__ = [
     "ACCELERATORS",
     "ACCELERATOR_TYPE_LABEL",
     "ASCEND_DEVICE_ANNOTATION",
+    "COMPACT_ABOVE_BYTES",
+    "FILE_LIMIT_BYTES",
     "FORMATS",
     "GENERIC_API_VERSION",
     "GENERIC_FILE",
@@ -85,6 +94,7 @@ __all__ = [
     "REASON_DUPLICATE_RANK_INDEX",
     "REASON_DUPLICATE_SERVER_ID",
     "REASON_INVALID_DEVICE_ANNOTATION",
+    "REASON_TOO_LARGE",
     "REASON_WAITING_FOR_DEVICE_ANNOTATION",
     "REASON_WAITING_FOR_PODS",
     "REASON_WAITING_FOR_POD_IPS",
@@ -108,6 +118,7 @@ __all__ = [
     "generic_enabled",
     "hccl_enabled",
     "logical_super_pod_id",
+    "max_servers",
     "output_files",
     "parse_ascend_device_annotation",
     "select_hccl_version",

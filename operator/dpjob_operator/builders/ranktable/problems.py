@@ -40,6 +40,7 @@ REASON_DUPLICATE_SERVER_ID = "DuplicateServerID"
 REASON_WAITING_FOR_PODS = "WaitingForPods"
 REASON_WAITING_FOR_POD_IPS = "WaitingForPodIPs"
 REASON_WAITING_FOR_DEVICE_ANNOTATION = "WaitingForDeviceAnnotation"
+REASON_TOO_LARGE = "RankTableTooLarge"  # completed, but a file is over the ConfigMap limit (see size.py)
 _REASON_PRIORITY = (
     REASON_DUPLICATE_RANK_INDEX,
     REASON_INVALID_DEVICE_ANNOTATION,

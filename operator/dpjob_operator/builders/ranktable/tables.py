@@ -9,7 +9,6 @@ and serialised by ``dump_table``, so the same pods in any order give byte-identi
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -29,6 +28,7 @@ from dpjob_operator.builders.ranktable.model import (
 from dpjob_operator.builders.ranktable.problems import (
     REASON_COMPLETED,
     REASON_DISABLED,
+    REASON_TOO_LARGE,
     inspect,
     ready_servers,
     summarise,
@@ -38,6 +38,7 @@ from dpjob_operator.builders.ranktable.request import (
     output_files,
     validate_request,
 )
+from dpjob_operator.builders.ranktable.size import oversized, serialise, too_large_message
 
 
 def _generic_server(server: Server, per_pod: int) -> dict[str, Any]:
@@ -104,8 +105,8 @@ def build_hccl_rank_table(
 
 
 def dump_table(table: Mapping[str, Any]) -> str:
-    """Serialise a table: key order as built, two-space indent, no trailing newline."""
-    return json.dumps(table, indent=2, sort_keys=False)
+    """Serialise a table: key order as built, two-space indent (compact when large: see ``size``)."""
+    return serialise(table)
 
 
 def _completed_message(req: RankTableRequest, names: Sequence[str], hccl_version: str | None) -> str:
@@ -147,5 +148,11 @@ def build_rank_tables(req: RankTableRequest, pods: Sequence[RankPod]) -> RankTab
         files[GENERIC_FILE] = dump_table(build_generic_rank_table(req, pods))
     if HCCL_FILE in names:
         files[HCCL_FILE] = dump_table(build_hccl_rank_table(req, pods, hccl_version))
+    too_big = oversized(files)
+    if too_big:
+        # Never publish a table the API server would refuse: the trainer keeps waiting on
+        # "initializing" and the condition says why, with the numbers.
+        return RankTableResult(False, REASON_TOO_LARGE, too_large_message(too_big), version,
+                               dict.fromkeys(names, INITIALIZING))
     message = _completed_message(req, names, hccl_version)
     return RankTableResult(True, REASON_COMPLETED, message, version, files)
