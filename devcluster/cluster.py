@@ -624,6 +624,26 @@ def down(quiet: bool = False) -> None:
         log("cluster down")
 
 
+def restart(component: str) -> float:
+    """Stop one control-plane process and start it again with the same command line (a chaos drill:
+    what an upgrade or a crash looks like to clients). Returns the seconds it was unavailable."""
+    pid = read_pid(component)
+    if not alive(pid):
+        raise SystemExit(f"{component} is not running; start the cluster with `make cluster-up`")
+    argv = Path(f"/proc/{pid}/cmdline").read_bytes().rstrip(b"\0").decode().split("\0")
+    t0 = time.monotonic()
+    os.killpg(pid, signal.SIGTERM)
+    deadline = time.monotonic() + 30
+    while alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    if alive(pid):
+        os.killpg(pid, signal.SIGKILL)
+    start(component, argv)
+    if component == "kube-apiserver":
+        wait_until("kube-apiserver /readyz", lambda: api_get("/readyz")[0] == 200, 90, component)
+    return time.monotonic() - t0
+
+
 def status() -> int:
     for component in COMPONENTS:
         pid = read_pid(component)
@@ -643,12 +663,17 @@ def main() -> int:
     p_up.add_argument("--python", help="venv python for the simulated Ascend device plugin")
     sub.add_parser("down", help="stop what `up` started and remove the state")
     sub.add_parser("status", help="show component state")
+    p_restart = sub.add_parser("restart", help="stop and start one control-plane component (chaos drills)")
+    p_restart.add_argument("component", choices=CONTROL_PLANE)
     args = parser.parse_args()
     if args.cmd == "up":
         up(args.bin_dir.resolve(), args.python)
         return 0
     if args.cmd == "down":
         down()
+        return 0
+    if args.cmd == "restart":
+        log(f"{args.component} restarted, unavailable for {restart(args.component):.1f}s")
         return 0
     return status()
 

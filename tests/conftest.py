@@ -22,6 +22,12 @@ from tests.support.paths import DEVCLUSTER, KUBECONFIG, REPO
 from tests.support.waits import wait_until
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Chaos drills run last: they restart control-plane processes, and no other test should pay
+    for a component still recovering."""
+    items.sort(key=lambda item: item.get_closest_marker("chaos") is not None)
+
+
 def _cluster_ready() -> bool:
     if not KUBECONFIG.exists():
         return False
