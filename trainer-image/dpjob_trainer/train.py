@@ -2,7 +2,7 @@
 
 This module owns the order of events in one run: device and process group, task, resume,
 DDP wrap, the step loop (micro-batches, weighted loss, reduced gradients, agreement on loss,
-stop vote and finiteness, update or skip), checkpoints, the
+stop vote and finiteness, update or skip), checkpoints (never from non-finite weights), the
 report and the JSON log lines. Argument parsing lives in __main__.py, the pure rules in env.py,
 sharding.py and nonfinite.py.
 
@@ -42,7 +42,7 @@ from .tasks import BatchedTensorDataset, Task, build_task, load_entrypoint
 EXIT_OK = 0
 EXIT_USAGE = 2  # configuration, environment, rendezvous or rank-table problem: fix and rerun
 EXIT_PREEMPTED = 143  # 128 + SIGTERM: checkpointed and stopped; a retryable failure for the operator
-# EXIT_NONFINITE (3, nonfinite.py): a NaN/Inf loss or gradient stopped the run; no checkpoint
+# EXIT_NONFINITE (3, nonfinite.py): a NaN/Inf loss, gradient or weight stopped the run; no checkpoint
 # was written from it. Permanent under restartPolicy ExitCode.
 
 
@@ -353,12 +353,20 @@ class Trainer:
 
     def _save(
         self, model: torch.nn.Module, optimizer: torch.optim.Optimizer, task: Task, step: int, reason: str
-    ) -> None:
+    ) -> bool:
+        """Rank 0 writes the checkpoint; False (on every rank) when it refused to.
+
+        Only one checkpoint is kept, so one written from NaN/Inf weights would replace the last
+        good state with one that can never train again. Rank 0 therefore checks every
+        floating-point tensor it is about to write (weights, buffers, optimizer moments) and
+        writes nothing if one is not finite; the file on disk stays as it was.
+        """
         if not self.cfg.checkpoint_dir:
-            return
+            return True
         started = time.perf_counter()
+        bad: list[str] = []
         if self.env.rank == 0:
-            checkpoint.save_checkpoint(self.cfg.checkpoint_dir, {
+            state = {
                 "step": step,
                 "task": task.name,
                 "seed": self.cfg.seed,
@@ -368,16 +376,24 @@ class Trainer:
                 "optimizer": optimizer.state_dict(),
                 "rng_cpu": torch.get_rng_state(),
                 "time": time.time(),
-            })  # fmt: skip
+            }  # fmt: skip
+            bad = checkpoint.nonfinite_entries({"model": state["model"], "optimizer": state["optimizer"]})
+            if not bad:
+                checkpoint.save_checkpoint(self.cfg.checkpoint_dir, state)
         # Everyone waits for the file: otherwise a rank that exits first (preemption) can make the
         # operator tear the gang down while rank 0 is still writing. Costs nothing extra, because
-        # the other ranks would wait for rank 0 at the next all-reduce anyway.
-        all_reduce_sum(torch.zeros(1, device=self.device)).item()
+        # the other ranks would wait for rank 0 at the next all-reduce anyway. The same all-reduce
+        # tells every rank whether rank 0 refused, so all of them stop together.
+        refused = all_reduce_sum(torch.tensor([float(len(bad))], device=self.device)).item() > 0
+        if refused:
+            self._refuse_checkpoint(step, reason, bad)
+            return False
         duration = time.perf_counter() - started
         self.metrics.observe_checkpoint(duration)
         self.metrics.set_checkpoint(step, time.time())
         self.checkpoint_step = step
         self.log("checkpoint", step=step, reason=reason, seconds=round(duration, 4), dir=self.cfg.checkpoint_dir)
+        return True
 
     def _kept_checkpoint(self) -> str:
         """What is on disk after a non-finite stop, for the error line."""
@@ -386,6 +402,14 @@ class Trainer:
         if self.checkpoint_step is None:
             return f"any checkpoint in {self.cfg.checkpoint_dir} is left as it was"
         return f"the checkpoint of step {self.checkpoint_step} in {self.cfg.checkpoint_dir} is kept"
+
+    def _refuse_checkpoint(self, step: int, reason: str, bad: list[str]) -> None:
+        names = ", ".join(bad[:5]) + (f" and {len(bad) - 5} more" if len(bad) > 5 else "")
+        where = f"non-finite (NaN/Inf) values in {names}" if bad else "non-finite (NaN/Inf) values on rank 0"
+        self.failure = (f"refused to write the {reason} checkpoint of step {step}: {where}; "
+                        f"{self._kept_checkpoint()}")
+        self.log("checkpoint_refused", level="error", step=step, reason=reason, tensors=bad[:20],
+                 message=self.failure)
 
     # ---- one optimizer step --------------------------------------------------------------------
     def _step(
@@ -497,10 +521,12 @@ class Trainer:
                 return self._hang(step, stats, loop_started)
             if stop_votes > 0 and step < self.total_steps:  # on the last step, just finish normally
                 stats.train_seconds = time.perf_counter() - loop_started
-                self._save(model, optimizer, task, step, reason="sigterm")
-                return step, EXIT_PREEMPTED, stats
-            if cfg.checkpoint_every > 0 and step % cfg.checkpoint_every == 0 and step < self.total_steps:
-                self._save(model, optimizer, task, step, reason="periodic")
+                saved = self._save(model, optimizer, task, step, reason="sigterm")
+                return step, EXIT_PREEMPTED if saved else EXIT_NONFINITE, stats
+            if cfg.checkpoint_every > 0 and step % cfg.checkpoint_every == 0 and step < self.total_steps \
+                    and not self._save(model, optimizer, task, step, reason="periodic"):
+                stats.train_seconds = time.perf_counter() - loop_started
+                return step, EXIT_NONFINITE, stats
         stats.train_seconds = time.perf_counter() - loop_started
         return step, EXIT_OK, stats
 
@@ -598,9 +624,11 @@ class Trainer:
         batches = self._loader(task.dataset, start_step * cfg.grad_accum)
         self.stop.install()
         step, code, stats = self._loop(train_model, model, optimizer, task, hook, batches, start_step)
-        if code == EXIT_OK and cfg.checkpoint_dir and step > start_step:
-            # A pod restarted after success resumes here and exits at once instead of retraining.
-            self._save(model, optimizer, task, step, reason="final")
+        # The final checkpoint: a pod restarted after success resumes there and exits at once
+        # instead of retraining. Refused (non-finite weights): the run did not succeed.
+        if code == EXIT_OK and cfg.checkpoint_dir and step > start_step \
+                and not self._save(model, optimizer, task, step, reason="final"):
+            code = EXIT_NONFINITE
         report = self._report(model, task, amp, step, start_step, code, stats)
         self.log(
             "done", steps=step, final_loss=report["final_loss"], param_sha256=report["param_sha256"],
