@@ -51,6 +51,7 @@ def test_flag_defaults():
     args = build_parser().parse_args([])
     assert args.metrics_port == 9090 and args.grad_reduction == "mean" and args.rank_table_timeout == 600
     assert args.tail == "keep" and args.grad_accum == 1 and args.resume is True
+    assert args.nonfinite == "stop" and args.max_nonfinite_steps == 3 and args.inject_nan_at_step == 0
 
 
 def _scrape(m) -> dict[str, float]:

@@ -54,6 +54,12 @@ def build_parser() -> argparse.ArgumentParser:
     how.add_argument("--no-shuffle", dest="shuffle", action="store_false")
     how.add_argument("--num-workers", type=int, default=0, help="DataLoader worker processes per rank")
     how.add_argument("--num-threads", type=int, help="torch intra-op threads (default: cores / LOCAL_WORLD_SIZE)")
+    how.add_argument("--nonfinite", choices=["stop", "skip"], default="stop",
+                     help="a NaN/Inf loss or gradient on any rank: stop without applying it or checkpointing "
+                          "(exit 3; default), or skip that update and go on")
+    how.add_argument("--max-nonfinite-steps", type=int, default=3,
+                     help="--nonfinite skip: stop (exit 3) at the next non-finite step after this many "
+                          "consecutive skipped ones (default 3)")
 
     state = p.add_argument_group("checkpoints and output")
     state.add_argument("--checkpoint-dir", help="shared volume for checkpoint.pt; resume from it if present")
@@ -85,6 +91,10 @@ def build_parser() -> argparse.ArgumentParser:
     # Test hook for the operator's stall watchdog (tests/e2e/test_progress_e2e.py): after this step the
     # first gang stops stepping but keeps serving metrics, until SIGTERM. Hidden: not for training.
     ops.add_argument("--hang-after-step", type=int, default=0, help=argparse.SUPPRESS)
+    # Test hook for --nonfinite (tests/unit/test_trainer_nonfinite.py): rank 1 (rank 0 when alone)
+    # gets a NaN loss in steps K .. K+N-1 of every gang. Hidden: not for training.
+    ops.add_argument("--inject-nan-at-step", type=int, default=0, help=argparse.SUPPRESS)
+    ops.add_argument("--inject-nan-steps", type=int, default=1, help=argparse.SUPPRESS)
     return p
 
 
@@ -162,6 +172,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         trainer = Trainer(cfg, env, metrics, StopFlag())
         try:
             code = trainer.run()
+            if trainer.failure:  # EXIT_NONFINITE: the same one line as a usage error, its own code
+                sys.stderr.write(f"dpjob-trainer: error: {trainer.failure}\n")
+                sys.stderr.flush()
         except (EnvError, RendezvousError, ConfigError, TaskError) as exc:
             return fail(str(exc))
         except RuntimeError as exc:

@@ -10,6 +10,9 @@ Only one checkpoint is kept: the trainer's state is small next to the time a res
 one file keeps "which one do I resume from?" trivial. Every rank loads the same file, which means
 ``--checkpoint-dir`` must be a volume shared by all rank pods (the trainer verifies that all
 ranks resumed from the same step and fails loudly otherwise).
+
+Because only one checkpoint is kept, writing a bad one loses the last good state for good: the
+trainer asks ``nonfinite_entries`` first and refuses to save NaN or Inf weights (train.py).
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ from __future__ import annotations
 import contextlib
 import glob
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import IO, Any
 
 CHECKPOINT_NAME = "checkpoint.pt"
@@ -72,3 +75,37 @@ def load_checkpoint(directory: str) -> dict[str, Any] | None:
     # weights_only: the file sits on a shared volume; never unpickle arbitrary objects from it.
     state: dict[str, Any] = torch.load(path, map_location="cpu", weights_only=True)
     return state
+
+
+def _floating_tensors(obj: Any, name: str) -> Iterator[tuple[str, Any]]:
+    """(dotted name, tensor) for every floating-point tensor in a nested state dict."""
+    import torch
+
+    if isinstance(obj, torch.Tensor):
+        if obj.is_floating_point() or obj.is_complex():
+            yield name, obj
+    elif isinstance(obj, dict):
+        for key, value in obj.items():
+            yield from _floating_tensors(value, f"{name}.{key}" if name else str(key))
+    elif isinstance(obj, (list, tuple)):
+        for i, value in enumerate(obj):
+            yield from _floating_tensors(value, f"{name}.{i}" if name else str(i))
+
+
+def nonfinite_entries(state: Any) -> list[str]:
+    """Names of the floating-point tensors in ``state`` (a nested state dict: model weights,
+    optimizer moments) that hold a NaN or an Inf; empty when everything is finite.
+
+    One host synchronisation per device rather than one per tensor: a model has hundreds of them,
+    and on a GPU every ``.item()`` waits for the device.
+    """
+    import torch
+
+    named = list(_floating_tensors(state, ""))
+    flags = [torch.isfinite(t).all() for _, t in named]
+    by_device: dict[Any, list[Any]] = {}
+    for flag in flags:
+        by_device.setdefault(flag.device, []).append(flag)
+    if all(bool(torch.stack(group).all()) for group in by_device.values()):
+        return []
+    return [name for (name, _), flag in zip(named, flags, strict=True) if not bool(flag)]

@@ -50,6 +50,7 @@ METRIC_NAMES = (
     "dpjob_trainer_global_samples_total",
     "dpjob_trainer_checkpoint_step",
     "dpjob_trainer_checkpoint_timestamp_seconds",
+    "dpjob_trainer_nonfinite_steps_total",
 )
 
 
@@ -77,6 +78,9 @@ class NullMetrics:
         pass
 
     def observe_checkpoint(self, duration: float) -> None:
+        pass
+
+    def observe_nonfinite_step(self) -> None:
         pass
 
     def set_total_steps(self, total: int) -> None:
@@ -124,6 +128,7 @@ class TrainerMetrics(NullMetrics):
         self._ckpt_buckets = [0] * (len(CHECKPOINT_BUCKETS) + 1)
         self._ckpt_sum = 0.0
         self._ckpt_count = 0
+        self._nonfinite_steps = 0
         self._server: Any = None
         self._thread: Any = None
         self.registry.register(self)
@@ -182,6 +187,11 @@ class TrainerMetrics(NullMetrics):
             self._ckpt_sum += duration
             self._ckpt_count += 1
 
+    def observe_nonfinite_step(self) -> None:
+        """A step skipped under ``--nonfinite skip`` (it is counted by ``observe_step`` too)."""
+        with self._lock:
+            self._nonfinite_steps += 1
+
     def describe(self) -> list[Any]:
         return []  # names are fixed and unique; skip the registry's duplicate check by collect()
 
@@ -196,6 +206,7 @@ class TrainerMetrics(NullMetrics):
             gauges, global_samples = self._gauges, self._global_samples
             ckpt_buckets, ckpt_sum = list(self._ckpt_buckets), self._ckpt_sum
             total_steps, ckpt = self._total_steps, self._checkpoint
+            nonfinite_steps = self._nonfinite_steps
 
         if info is not None:
             family = GaugeMetricFamily("dpjob_trainer_info", "Constant 1; labels describe this trainer process.",
@@ -218,6 +229,10 @@ class TrainerMetrics(NullMetrics):
         yield CounterMetricFamily("dpjob_trainer_global_samples",
                                   "Real samples the whole job trained on (every rank's), counted on this rank; "
                                   "the operator's status.progress.samplesPerSecond.", value=global_samples)
+        yield CounterMetricFamily("dpjob_trainer_nonfinite_steps",
+                                  "Steps skipped (update not applied) because the loss or the reduced gradient "
+                                  "was NaN or Inf on some rank (--nonfinite skip); included in steps_total.",
+                                  value=nonfinite_steps)
         if total_steps is not None:
             yield GaugeMetricFamily("dpjob_trainer_total_steps", "Optimizer steps the run takes in total.",
                                     value=total_steps)

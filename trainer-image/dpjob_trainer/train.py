@@ -1,9 +1,10 @@
 """The training loop: data-parallel SGD that provably equals single-device training.
 
 This module owns the order of events in one run: device and process group, task, resume,
-DDP wrap, the step loop (micro-batches, weighted loss, reduced gradients, update, stop
-agreement), checkpoints, the report and the JSON log lines. Argument parsing lives in
-__main__.py, the pure rules in env.py and sharding.py.
+DDP wrap, the step loop (micro-batches, weighted loss, reduced gradients, agreement on loss,
+stop vote and finiteness, update or skip), checkpoints (never from non-finite weights), the
+report and the JSON log lines. Argument parsing lives in __main__.py, the pure rules in env.py,
+sharding.py and nonfinite.py.
 
 Why each rank's loss is multiplied by ``num_real * world_size / window_real``: with DDP's mean
 all-reduce this makes the reduced gradient exactly the gradient of the mean loss over every
@@ -34,12 +35,15 @@ from . import checkpoint
 from .distributed import CommHook, all_reduce_max, all_reduce_sum, init_process_group, shutdown_process_group
 from .env import DistEnv, device_for, select_backend
 from .metrics import NullMetrics
+from .nonfinite import EXIT_NONFINITE, NonfinitePolicy, json_number
 from .sharding import ShardPlan
 from .tasks import BatchedTensorDataset, Task, build_task, load_entrypoint
 
 EXIT_OK = 0
 EXIT_USAGE = 2  # configuration, environment, rendezvous or rank-table problem: fix and rerun
 EXIT_PREEMPTED = 143  # 128 + SIGTERM: checkpointed and stopped; a retryable failure for the operator
+# EXIT_NONFINITE (3, nonfinite.py): a NaN/Inf loss, gradient or weight stopped the run; no checkpoint
+# was written from it. Permanent under restartPolicy ExitCode.
 
 
 class ConfigError(ValueError):
@@ -77,6 +81,10 @@ class TrainConfig:
     collective_timeout: float = 1800.0
     shutdown_timeout: float = 30.0
     hang_after_step: int = 0  # test hook (hidden flag): block after this step in the first gang
+    nonfinite: str = "stop"  # NaN/Inf loss or gradient: stop (exit 3) or skip the update
+    max_nonfinite_steps: int = 3  # --nonfinite skip: more consecutive non-finite steps than this stop
+    inject_nan_at_step: int = 0  # test hook (hidden flag): NaN loss from this step on one rank
+    inject_nan_steps: int = 1  # test hook (hidden flag): for this many consecutive steps
 
 
 @dataclass
@@ -90,6 +98,10 @@ class StepResult:
     comm_token: Any = None
     epoch: int = 0
     grad_norm: torch.Tensor | None = None
+    # From the step's all-reduce, identical on every rank:
+    loss: float = 0.0  # the mean loss over ranks
+    stop_votes: float = 0.0  # ranks that got SIGTERM
+    nonfinite_ranks: int = 0  # ranks whose loss or reduced gradient was NaN/Inf; > 0: update not applied
 
 
 @dataclass
@@ -103,16 +115,22 @@ class RunStats:
     train_seconds: float = 0.0
 
     def record(self, loss: float, samples: int, global_samples: int) -> None:
-        if self.initial_loss is None:
-            self.initial_loss = loss
-        self.final_loss = loss
+        if math.isfinite(loss):  # a skipped step's NaN would make the report's loss meaningless
+            if self.initial_loss is None:
+                self.initial_loss = loss
+            self.final_loss = loss
         self.samples += samples
         self.global_samples += global_samples
 
 
 def emit(event: str, out: TextIO = sys.stdout, **fields: Any) -> None:
-    """One JSON object per line on stdout: what ``kubectl logs`` users grep and parse."""
-    out.write(json.dumps({"event": event, "time": round(time.time(), 3), **fields}) + "\n")
+    """One JSON object per line on stdout: what ``kubectl logs`` users grep and parse.
+
+    A NaN or Inf number is written as text ("nan", "inf"): json.dumps would write a bare ``NaN``,
+    which is not JSON and breaks strict readers of the line.
+    """
+    safe = {k: json_number(v) if isinstance(v, float) else v for k, v in fields.items()}
+    out.write(json.dumps({"event": event, "time": round(time.time(), 3), **safe}) + "\n")
     out.flush()
 
 
@@ -192,6 +210,10 @@ def _amp_supported(device: torch.device) -> bool:
     return device.type in ("cpu", "npu")
 
 
+def _item(value: torch.Tensor | None) -> float:
+    return float(value.item()) if value is not None else 0.0
+
+
 def _grad_norm(params: list[torch.nn.Parameter], clip: float) -> torch.Tensor:
     grads = [p.grad for p in params if p.grad is not None]
     if not grads:
@@ -213,6 +235,9 @@ class Trainer:
     def __init__(self, cfg: TrainConfig, env: DistEnv, metrics: NullMetrics, stop: StopFlag, out: TextIO = sys.stdout):
         self.cfg, self.env, self.metrics, self.stop, self.out = cfg, env, metrics, stop, out
         self.exit_hard = False  # the process group would not shut down: skip interpreter teardown
+        self.failure: str | None = None  # why the run stopped with EXIT_NONFINITE, for the stderr line
+        self.checkpoint_step: int | None = None  # step of the checkpoint on disk, when known
+        self.policy = NonfinitePolicy(cfg.nonfinite, cfg.max_nonfinite_steps)
 
     def log(self, event: str, **fields: Any) -> None:
         emit(event, self.out, rank=self.env.rank, **fields)
@@ -247,6 +272,10 @@ class Trainer:
             raise ConfigError(f"--grad-accum must be >= 1, got {cfg.grad_accum}")
         if cfg.tail not in ("keep", "drop"):
             raise ConfigError(f"--tail must be keep or drop, got {cfg.tail!r}")
+        try:
+            self.policy.validate()
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from exc
         if not isinstance(task.dataset, Sized):  # load_entrypoint checked it; this tells mypy too
             raise ConfigError(f"task {task.name}: the dataset must be map-style (__len__ and __getitem__)")
         try:
@@ -304,6 +333,7 @@ class Trainer:
                 )
         if state is None:
             return 0
+        self.checkpoint_step = step
         if state.get("task") != task.name:
             raise ConfigError(
                 f"the checkpoint in {cfg.checkpoint_dir} is for task {state.get('task')!r}, not {task.name!r}; "
@@ -323,12 +353,20 @@ class Trainer:
 
     def _save(
         self, model: torch.nn.Module, optimizer: torch.optim.Optimizer, task: Task, step: int, reason: str
-    ) -> None:
+    ) -> bool:
+        """Rank 0 writes the checkpoint; False (on every rank) when it refused to.
+
+        Only one checkpoint is kept, so one written from NaN/Inf weights would replace the last
+        good state with one that can never train again. Rank 0 therefore checks every
+        floating-point tensor it is about to write (weights, buffers, optimizer moments) and
+        writes nothing if one is not finite; the file on disk stays as it was.
+        """
         if not self.cfg.checkpoint_dir:
-            return
+            return True
         started = time.perf_counter()
+        bad: list[str] = []
         if self.env.rank == 0:
-            checkpoint.save_checkpoint(self.cfg.checkpoint_dir, {
+            state = {
                 "step": step,
                 "task": task.name,
                 "seed": self.cfg.seed,
@@ -338,15 +376,40 @@ class Trainer:
                 "optimizer": optimizer.state_dict(),
                 "rng_cpu": torch.get_rng_state(),
                 "time": time.time(),
-            })  # fmt: skip
+            }  # fmt: skip
+            bad = checkpoint.nonfinite_entries({"model": state["model"], "optimizer": state["optimizer"]})
+            if not bad:
+                checkpoint.save_checkpoint(self.cfg.checkpoint_dir, state)
         # Everyone waits for the file: otherwise a rank that exits first (preemption) can make the
         # operator tear the gang down while rank 0 is still writing. Costs nothing extra, because
-        # the other ranks would wait for rank 0 at the next all-reduce anyway.
-        all_reduce_sum(torch.zeros(1, device=self.device)).item()
+        # the other ranks would wait for rank 0 at the next all-reduce anyway. The same all-reduce
+        # tells every rank whether rank 0 refused, so all of them stop together.
+        refused = all_reduce_sum(torch.tensor([float(len(bad))], device=self.device)).item() > 0
+        if refused:
+            self._refuse_checkpoint(step, reason, bad)
+            return False
         duration = time.perf_counter() - started
         self.metrics.observe_checkpoint(duration)
         self.metrics.set_checkpoint(step, time.time())
+        self.checkpoint_step = step
         self.log("checkpoint", step=step, reason=reason, seconds=round(duration, 4), dir=self.cfg.checkpoint_dir)
+        return True
+
+    def _kept_checkpoint(self) -> str:
+        """What is on disk after a non-finite stop, for the error line."""
+        if not self.cfg.checkpoint_dir:
+            return "no --checkpoint-dir is set"
+        if self.checkpoint_step is None:
+            return f"any checkpoint in {self.cfg.checkpoint_dir} is left as it was"
+        return f"the checkpoint of step {self.checkpoint_step} in {self.cfg.checkpoint_dir} is kept"
+
+    def _refuse_checkpoint(self, step: int, reason: str, bad: list[str]) -> None:
+        names = ", ".join(bad[:5]) + (f" and {len(bad) - 5} more" if len(bad) > 5 else "")
+        where = f"non-finite (NaN/Inf) values in {names}" if bad else "non-finite (NaN/Inf) values on rank 0"
+        self.failure = (f"refused to write the {reason} checkpoint of step {step}: {where}; "
+                        f"{self._kept_checkpoint()}")
+        self.log("checkpoint_refused", level="error", step=step, reason=reason, tensors=bad[:20],
+                 message=self.failure)
 
     # ---- one optimizer step --------------------------------------------------------------------
     def _step(
@@ -370,6 +433,8 @@ class Trainer:
             with sync:
                 with _autocast(self.device, self.amp):
                     loss = task.loss_fn(train_model(inputs), targets)
+                if j == 0 and self._inject_nan(step):
+                    loss = loss + float("nan")  # NaN loss, finite gradient: only agreement catches it
                 if hook is not None and last:
                     hook.start_backward()
                 (loss * weight).backward()
@@ -378,16 +443,46 @@ class Trainer:
             result.loss_sum += loss.detach().float() * weight
             result.local_samples += mb.num_real
         result.grad_norm = _grad_norm(params, self.cfg.clip_grad_norm)
-        self.optimizer.step()
+        self._agree(result)
+        if result.nonfinite_ranks == 0:
+            self.optimizer.step()
+        # Skipped: the gradients are dropped, so parameters and optimizer state stay as they were.
         self.optimizer.zero_grad(set_to_none=True)
         return result
+
+    def _agree(self, r: StepResult) -> None:
+        """The step's one small all-reduce, done before the update: the loss (for the gauge and
+        logs), the stop vote (if any rank got SIGTERM, every rank stops after this same step) and
+        how many ranks saw a NaN/Inf loss or reduced gradient norm. Every rank gets the same sums
+        and so takes the same decision; deciding on the local values alone would let a rank whose
+        own loss is NaN skip the update while the others apply it. Its ``.tolist()`` is the step's
+        one host synchronisation, as before; only the update now waits for it."""
+        assert r.grad_norm is not None
+        finite = torch.isfinite(r.loss_sum) & torch.isfinite(r.grad_norm.to(self.device))
+        votes = torch.stack([
+            r.loss_sum,
+            torch.tensor(float(self.stop.requested), device=self.device),
+            (~finite).to(r.loss_sum.dtype),
+        ])  # fmt: skip
+        loss_total, r.stop_votes, nonfinite = all_reduce_sum(votes).tolist()
+        r.loss = loss_total / self.env.world_size
+        r.nonfinite_ranks = round(nonfinite)
+
+    def _inject_nan(self, step: int) -> bool:
+        """``--inject-nan-at-step K`` (test hook): a NaN loss in steps K .. K+N-1 (1-based, like the
+        logs; N = ``--inject-nan-steps``) on one rank only, rank 1 when there are several, so the
+        tests prove that the other ranks take the same decision."""
+        first, count = self.cfg.inject_nan_at_step, self.cfg.inject_nan_steps
+        victim = 1 if self.env.world_size > 1 else 0
+        return first > 0 and self.env.rank == victim and first <= step + 1 < first + count
 
     def _loop(
         self, train_model: torch.nn.Module, model: torch.nn.Module, optimizer: torch.optim.Optimizer, task: Task,
         hook: CommHook | None, batches: Any, start_step: int,
-    ) -> tuple[int, bool, RunStats]:
-        """Steps until done or until any rank got SIGTERM; returns (step reached, preempted, stats)."""
-        cfg, world = self.cfg, self.env.world_size
+    ) -> tuple[int, int, RunStats]:
+        """Steps until done, until any rank got SIGTERM or until a non-finite step stops the run;
+        returns (step reached, exit code, stats)."""
+        cfg = self.cfg
         params = [p for p in model.parameters() if p.requires_grad]
         stats = RunStats()
         interval_start, interval_samples = time.perf_counter(), 0
@@ -396,12 +491,15 @@ class Trainer:
         while step < self.total_steps:
             started = time.perf_counter()
             r = self._step(train_model, task, hook, batches, step, params)
-            # One small all-reduce per step carries the loss (for the gauge and logs) and the stop
-            # vote: if any rank got SIGTERM, every rank stops after this same step.
-            votes = torch.stack([r.loss_sum, torch.tensor(float(self.stop.requested), device=self.device)])
-            loss_total, stop_votes = all_reduce_sum(votes).tolist()
-            loss = loss_total / world
-            step += 1
+            loss, stop_votes = r.loss, r.stop_votes
+            verdict = self.policy.decide(r.nonfinite_ranks > 0)
+            if verdict == "stop":  # before any checkpoint: the last one on disk stays the last good one
+                stats.train_seconds = time.perf_counter() - loop_started
+                self._nonfinite_stop(step + 1, r)
+                return step, EXIT_NONFINITE, stats
+            step += 1  # a skipped step counts: it consumed its batch (docs/trainer.md)
+            if verdict == "skip":
+                self._nonfinite_skip(step, r)
             stats.record(loss, r.local_samples, r.window_real)
             interval_samples += r.window_real
             now = time.perf_counter()
@@ -423,14 +521,35 @@ class Trainer:
                 return self._hang(step, stats, loop_started)
             if stop_votes > 0 and step < self.total_steps:  # on the last step, just finish normally
                 stats.train_seconds = time.perf_counter() - loop_started
-                self._save(model, optimizer, task, step, reason="sigterm")
-                return step, True, stats
-            if cfg.checkpoint_every > 0 and step % cfg.checkpoint_every == 0 and step < self.total_steps:
-                self._save(model, optimizer, task, step, reason="periodic")
+                saved = self._save(model, optimizer, task, step, reason="sigterm")
+                return step, EXIT_PREEMPTED if saved else EXIT_NONFINITE, stats
+            if cfg.checkpoint_every > 0 and step % cfg.checkpoint_every == 0 and step < self.total_steps \
+                    and not self._save(model, optimizer, task, step, reason="periodic"):
+                stats.train_seconds = time.perf_counter() - loop_started
+                return step, EXIT_NONFINITE, stats
         stats.train_seconds = time.perf_counter() - loop_started
-        return step, False, stats
+        return step, EXIT_OK, stats
 
-    def _hang(self, step: int, stats: RunStats, loop_started: float) -> tuple[int, bool, RunStats]:
+    def _nonfinite_skip(self, step: int, r: StepResult) -> None:
+        """``--nonfinite skip``: the update of ``step`` was not applied; say so and count it."""
+        self.metrics.observe_nonfinite_step()
+        self.log("nonfinite_step", level="warning", step=step, loss=r.loss, grad_norm=_item(r.grad_norm),
+                 nonfinite_ranks=r.nonfinite_ranks, consecutive=self.policy.consecutive,
+                 max_consecutive=self.policy.max_consecutive, action="skipped")
+
+    def _nonfinite_stop(self, step: int, r: StepResult) -> None:
+        """The run stops at ``step`` without applying it: one error event and the stderr line."""
+        self.failure = (
+            f"non-finite loss or gradient at step {step} (loss {r.loss:g}, gradient norm {_item(r.grad_norm):g}, "
+            f"NaN/Inf on {r.nonfinite_ranks} of {self.env.world_size} rank(s)); stopped by "
+            f"{self.policy.stop_reason()} without applying the update or writing a checkpoint; "
+            f"{self._kept_checkpoint()}"
+        )  # fmt: skip
+        self.log("nonfinite_stop", level="error", step=step, loss=r.loss, grad_norm=_item(r.grad_norm),
+                 nonfinite_ranks=r.nonfinite_ranks, consecutive=self.policy.consecutive,
+                 skipped_steps=self.policy.skipped, exit_code=EXIT_NONFINITE, message=self.failure)
+
+    def _hang(self, step: int, stats: RunStats, loop_started: float) -> tuple[int, int, RunStats]:
         """``--hang-after-step``: what a stuck collective looks like from outside (no more steps, the
         metrics endpoint still answers), for testing the operator's stall watchdog. Only the first
         gang (DPJOB_RESTART_COUNT 0) hangs, so a restarted gang resumes and finishes. SIGTERM ends
@@ -439,10 +558,10 @@ class Trainer:
         while not self.stop.requested:
             time.sleep(0.2)
         stats.train_seconds = time.perf_counter() - loop_started
-        return step, True, stats
+        return step, EXIT_PREEMPTED, stats
 
     def _report(
-        self, model: torch.nn.Module, task: Task, amp: bool, step: int, start_step: int, preempted: bool,
+        self, model: torch.nn.Module, task: Task, amp: bool, step: int, start_step: int, code: int,
         stats: RunStats,
     ) -> dict[str, Any]:
         """The per-rank report; written to ``--report`` when given."""
@@ -453,8 +572,8 @@ class Trainer:
             "samples": stats.samples, "global_samples": stats.global_samples, "train_seconds": stats.train_seconds,
             "initial_loss": stats.initial_loss, "final_loss": stats.final_loss,
             "param_sha256": param_sha256(model), "grad_reduction": cfg.grad_reduction, "grad_accum": cfg.grad_accum,
-            "batch_size": self.batch_size, "lr": self.lr, "amp": amp, "preempted": preempted,
-            "config": asdict(cfg),
+            "batch_size": self.batch_size, "lr": self.lr, "amp": amp, "preempted": code == EXIT_PREEMPTED,
+            "exit_code": code, "skipped_steps": self.policy.skipped, "config": asdict(cfg),
         }  # fmt: skip
         if task.name == "linear":
             report["weights"] = [float(v) for v in model.get_parameter("w").detach().cpu().flatten()]
@@ -504,18 +623,21 @@ class Trainer:
 
         batches = self._loader(task.dataset, start_step * cfg.grad_accum)
         self.stop.install()
-        step, preempted, stats = self._loop(train_model, model, optimizer, task, hook, batches, start_step)
-        if not preempted and cfg.checkpoint_dir and step > start_step:
-            # A pod restarted after success resumes here and exits at once instead of retraining.
-            self._save(model, optimizer, task, step, reason="final")
-        report = self._report(model, task, amp, step, start_step, preempted, stats)
+        step, code, stats = self._loop(train_model, model, optimizer, task, hook, batches, start_step)
+        # The final checkpoint: a pod restarted after success resumes there and exits at once
+        # instead of retraining. Refused (non-finite weights): the run did not succeed.
+        if code == EXIT_OK and cfg.checkpoint_dir and step > start_step \
+                and not self._save(model, optimizer, task, step, reason="final"):
+            code = EXIT_NONFINITE
+        report = self._report(model, task, amp, step, start_step, code, stats)
         self.log(
             "done", steps=step, final_loss=report["final_loss"], param_sha256=report["param_sha256"],
-            preempted=preempted, train_seconds=round(stats.train_seconds, 6),
+            preempted=code == EXIT_PREEMPTED, exit_code=code, skipped_steps=self.policy.skipped,
+            train_seconds=round(stats.train_seconds, 6),
             samples_per_second=round(stats.global_samples / max(stats.train_seconds, 1e-9), 2),
         )  # fmt: skip
         if dist.is_available() and dist.is_initialized() and not shutdown_process_group(cfg.shutdown_timeout):
             self.log("shutdown_timeout", seconds=cfg.shutdown_timeout,
                      message="destroy_process_group did not return; exiting without it (pytorch#75097)")
             self.exit_hard = True
-        return EXIT_PREEMPTED if preempted else EXIT_OK
+        return code
