@@ -38,12 +38,11 @@ from dpjob_trainer.checkpoint import nonfinite_entries  # noqa: E402
 from dpjob_trainer.nonfinite import EXIT_NONFINITE, NonfinitePolicy  # noqa: E402
 
 CTX = mp.get_context("forkserver")
-# Third-party modules only, not dpjob_trainer: the forkserver imports its preload before it knows
-# this process's sys.path (Python 3.11), so a preloaded trainer can come from another checkout (the
-# editable install's); each child imports the trainer itself, after adopting this sys.path, and
-# _rank_main refuses to run another checkout's. The preload list is per process: the last module
-# collected sets it for every forkserver user.
-CTX.set_forkserver_preload(["torch", "torch._dynamo", "torch.distributed", "prometheus_client"])
+# The same preload list as tests/e2e/test_trainer_ddp.py: the list is per process (the last module
+# collected sets it for every forkserver user), so both modules name the same one. In a git
+# worktree the preloaded trainer can come from another checkout (the editable install's):
+# _rank_main refuses to run another checkout's code rather than test it by mistake.
+CTX.set_forkserver_preload(["torch", "torch._dynamo", "torch.distributed", "prometheus_client", "dpjob_trainer.train"])
 TRAINER_DIR = str(Path(train_mod.__file__).resolve().parent)
 ENV_KEYS = ("WORLD_SIZE", "RANK", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
             "RANK_TABLE_FILE", "DPJOB_BACKEND", "TORCHELASTIC_RUN_ID", "DPJOB_METRICS_PORT")
