@@ -1,0 +1,93 @@
+"""Chaos drill: a 429 storm from a tight API Priority and Fairness limit.
+
+The operator runs as a ServiceAccount (system:masters, the tests' usual identity, is exempt from
+APF) whose requests a FlowSchema sends to a priority level of a few seats that rejects at once
+instead of queueing. Ten 8-rank jobs applied together then meet 429s on every burst. The work
+must converge (every job Running, every rank created once) with retries that stay bounded: the
+operator honours Retry-After and backs off per job instead of hammering.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.support import cluster as dpj
+from tests.support.builders import JobBuilder
+from tests.support.cluster import kubectl
+from tests.support.helm import service_account_kubeconfig
+from tests.support.operator import OperatorProcess
+from tests.support.paths import DEVCLUSTER
+
+pytestmark = pytest.mark.chaos
+
+JOBS, RANKS = 10, 8
+LEVEL = "dpjob-storm"
+
+
+def _apf_objects(namespace: str, sa: str) -> list[dict]:
+    level = {"apiVersion": "flowcontrol.apiserver.k8s.io/v1", "kind": "PriorityLevelConfiguration",
+             "metadata": {"name": LEVEL},
+             "spec": {"type": "Limited", "limited": {
+                 "nominalConcurrencyShares": 1, "lendablePercent": 0, "borrowingLimitPercent": 0,
+                 "limitResponse": {"type": "Reject"}}}}
+    schema = {"apiVersion": "flowcontrol.apiserver.k8s.io/v1", "kind": "FlowSchema", "metadata": {"name": LEVEL},
+              "spec": {"priorityLevelConfiguration": {"name": LEVEL}, "matchingPrecedence": 50,
+                       "distinguisherMethod": {"type": "ByUser"},
+                       "rules": [{"subjects": [{"kind": "ServiceAccount",
+                                                "serviceAccount": {"name": sa, "namespace": namespace}}],
+                                  "resourceRules": [{"verbs": ["*"], "apiGroups": ["*"], "resources": ["*"],
+                                                     "namespaces": ["*"], "clusterScope": True}],
+                                  "nonResourceRules": [{"verbs": ["*"], "nonResourceURLs": ["*"]}]}]}}
+    return [level, schema]
+
+
+def _rejected(metrics: str) -> float:
+    """The API server's count of requests it refused at our priority level."""
+    total = 0.0
+    for line in metrics.splitlines():
+        if line.startswith("apiserver_flowcontrol_rejected_requests_total") and f'priority_level="{LEVEL}"' in line:
+            total += float(line.rsplit(" ", 1)[1])
+    return total
+
+
+@pytest.fixture()
+def throttled_operator(namespace, operator, tmp_path: Path) -> Iterator[OperatorProcess]:
+    sa = "dpjob-storm"
+    kubectl("create", "serviceaccount", sa, "-n", namespace)
+    kubectl("create", "clusterrolebinding", f"{sa}-{namespace}", "--clusterrole=cluster-admin",
+            f"--serviceaccount={namespace}:{sa}")
+    objects = yaml.safe_dump_all(_apf_objects(namespace, sa))
+    kubectl("apply", "-f", "-", stdin=objects)
+    kc = service_account_kubeconfig(namespace, sa, tmp_path / "storm.kubeconfig")
+    operator.stop()  # the shared operator releases the Lease; the throttled one takes it
+    storm = OperatorProcess(kc, DEVCLUSTER / "logs" / "operator-storm.log")
+    storm.start()
+    yield storm
+    storm.stop()
+    kubectl("delete", "-f", "-", stdin=objects, check=False)
+    kubectl("delete", "clusterrolebinding", f"{sa}-{namespace}", check=False)
+
+
+def test_a_429_storm_converges_with_bounded_retries(api, core, namespace, throttled_operator):
+    rejected_before = _rejected(kubectl("get", "--raw", "/metrics").stdout)
+    for i in range(JOBS):
+        dpj.create(api, namespace, JobBuilder(f"storm-{i}").replicas(RANKS).obj())
+    for i in range(JOBS):
+        st = dpj.wait_phase(api, namespace, f"storm-{i}", "Running", timeout=240)
+        assert st["restarts"] == 0
+        pods = dpj.rank_pods(core, namespace, f"storm-{i}")
+        assert sorted(p.metadata.name for p in pods) == sorted(f"storm-{i}-rank-{r}" for r in range(RANKS))
+    rejected = _rejected(kubectl("get", "--raw", "/metrics").stdout) - rejected_before
+    ours = throttled_operator.metrics()
+    throttled = sum(float(m) for m in re.findall(r'rest_client_requests_total\{code="429"[^}]*\} ([0-9.e+]+)', ours))
+    created = sum(float(m) for m in re.findall(r"^dpjob_pods_created_total ([0-9.e+]+)", ours, re.M))
+    print(f"APF rejected {rejected:.0f} requests; the operator saw {throttled:.0f} 429s; created {created:.0f} pods")
+    assert rejected > 0 and throttled > 0, "no storm: the priority level never rejected the operator"
+    assert created == JOBS * RANKS, "every rank created exactly once"
+    # Bounded: Retry-After and per-job backoff, not a retry loop; a generous ceiling per object made.
+    assert throttled <= 20 * (JOBS * RANKS + JOBS), f"{throttled:.0f} throttled requests for {JOBS * RANKS} pods"
