@@ -48,6 +48,9 @@ test-unit: ## unit tests only (no cluster)
 test: lint cluster-up ## lint, then every test: unit, integration (real control plane) and end-to-end
 	@venv=$(VENV); KUBECONFIG=$(KUBECONFIG_PATH) bash devcluster/pytest.sh "$$venv/bin/python" $(PYTEST_ARGS)
 
+chaos: cluster-up ## only the chaos drills (API-server restarts, a 429 storm, two replicas under churn); `make test` runs them last
+	@venv=$(VENV); KUBECONFIG=$(KUBECONFIG_PATH) bash devcluster/pytest.sh "$$venv/bin/python" -m chaos tests/chaos $(PYTEST_ARGS)
+
 dev: ## the main job: cluster with a real node, the operator installed with Helm, a real DDP job (see README)
 	@bash devcluster/sysdeps.sh tools; venv=$(VENV); bin=$(BIN_DIR); "$$venv/bin/python" devcluster/dev.py --bin-dir "$$bin"
 
@@ -57,4 +60,4 @@ bench: cluster-up ## benchmarks (ratios side by side; results in bench/results/)
 clean: cluster-down ## remove local state (caches under ~/.cache/dpjob are kept)
 	@rm -rf .devcluster .pytest_cache .mypy_cache .ruff_cache
 
-.PHONY: help venv binaries images doctor cluster-up cluster-down cluster-status crds run lint test-unit test dev bench clean
+.PHONY: help venv binaries images doctor cluster-up cluster-down cluster-status crds run lint test-unit test chaos dev bench clean

@@ -7,7 +7,7 @@ Lease's holderIdentity and leaseTransitions tell the truth. Then two operator pr
 leader reconciles (the standby creates nothing, reconciles nothing and says it stands by), a
 SIGKILLed leader's job is taken over without restarting its healthy gang, a SIGTERM releases
 the Lease, and a leader whose Lease is taken from it stops and exits non-zero. Timings are
-client-go's defaults (lease 15 s, renew deadline 10 s, retry 2 s).
+a 10 s lease, renew deadline 7 s, retry 2 s (api/lease.py).
 """
 
 from __future__ import annotations
@@ -214,8 +214,8 @@ def test_only_the_leader_reconciles_and_a_killed_leaders_jobs_are_taken_over(clu
         assert "controller started" not in second.log_text()
 
         first.stop(sig=9)  # no release: the standby waits for the Lease to expire
-        took = second.wait_leading(timeout=15 + 10)
-        assert took <= 15 + 6, took
+        took = second.wait_leading(timeout=TIMINGS.lease_duration + 10)
+        assert took <= TIMINGS.lease_duration + 6, took
         dpj.create(api, namespace, JobBuilder("two", namespace).replicas(2).obj())
         wait_pods(core, namespace, "two", 2)
         st = dpj.wait_phase(api, namespace, "one", "Running")

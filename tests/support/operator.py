@@ -29,7 +29,7 @@ from tests.support.waits import wait_until
 
 # operator/dpjob_operator/api/lease.py: LeaseTimings().lease_duration. A dead holder's Lease is
 # taken over this long after it stopped renewing; a released one at the next retry.
-LEASE_DURATION = 15
+LEASE_DURATION = 10
 
 
 def dev_lease() -> tuple[str, str]:

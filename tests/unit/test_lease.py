@@ -176,7 +176,7 @@ def test_release_never_touches_a_lease_that_is_not_ours(spec: dict[str, Any] | N
 
 
 def test_timings_must_let_the_leader_give_up_before_a_standby_takes_over() -> None:
-    assert LeaseTimings() == LeaseTimings(15, 10.0, 2.0)
+    assert LeaseTimings() == LeaseTimings(10, 7.0, 2.0)
     with pytest.raises(ValueError, match="leaseDuration > renewDeadline"):
         LeaseTimings(lease_duration=10, renew_deadline=10)
 

@@ -40,10 +40,13 @@ RELEASED_DURATION_SECONDS = 1
 
 @dataclass(frozen=True)
 class LeaseTimings:
-    """client-go's defaults for controllers (kube-controller-manager uses the same three)."""
+    """client-go's rules with a shorter lease than its 15 s / 10 s defaults: a standby takes over
+    within the lease plus about two retry periods (10-14 s; under 15 s, measured by
+    tests/chaos/test_two_replicas_churn.py) after a leader dies without releasing the Lease. A
+    leader still gives up 3 s before any standby can see the Lease expire."""
 
-    lease_duration: int = 15      # a standby takes over this long after the last change it saw
-    renew_deadline: float = 10.0  # the leader stops leading when it could not renew for this long
+    lease_duration: int = 10      # a standby takes over this long after the last change it saw
+    renew_deadline: float = 7.0   # the leader stops leading when it could not renew for this long
     retry_period: float = 2.0     # between acquire tries, and between renewals while leading
 
     def __post_init__(self) -> None:
