@@ -4,6 +4,9 @@ new pods instead of inheriting the old ones' fate."""
 
 from __future__ import annotations
 
+import json
+import time
+
 import pytest
 from kubernetes import client
 
@@ -56,3 +59,59 @@ def test_delete_and_reapply_at_once_runs_new_pods(api, core, namespace, operator
     assert {p.metadata.uid for p in pods}.isdisjoint(old)
     assert all(p.metadata.owner_references[0].uid == new_job["metadata"]["uid"] for p in pods)
     assert st["restarts"] == 0 and "lastFailure" not in st
+
+
+def _conditions(api, namespace: str, name: str) -> dict[str, dict]:
+    return {c["type"]: c for c in dpj.status(api, namespace, name).get("conditions") or []}
+
+
+def test_a_foreign_service_of_the_jobs_name_is_reported_and_never_touched(api, core, namespace, operator):
+    foreign = core.create_namespaced_service(namespace, client.V1Service(
+        metadata=client.V1ObjectMeta(name="train", labels={"app": "web"}),
+        spec=client.V1ServiceSpec(selector={"app": "web"}, ports=[client.V1ServicePort(port=80)])))
+    dpj.create(api, namespace, JobBuilder().obj())
+    cond = wait_until(lambda: (c := _conditions(api, namespace, "train").get("Created"))
+                      and c["reason"] == "ServiceNameConflict" and c, timeout=60,
+                      what="Created=False/ServiceNameConflict")
+    assert cond["status"] == "False" and f"Service {namespace}/train" in cond["message"]
+    assert "ServiceNameConflict" in dpj.event_reasons(namespace, "train")
+    svc = core.read_namespaced_service("train", namespace)
+    assert svc.metadata.uid == foreign.metadata.uid and not svc.metadata.owner_references
+    assert svc.spec.selector == {"app": "web"}
+    assert not dpj.rank_pods(core, namespace, "train"), "ranks would resolve their peers through someone's Service"
+    core.delete_namespaced_service("train", namespace)  # the user frees the name: the job goes on
+    dpj.wait_phase(api, namespace, "train", "Running", timeout=90)
+    assert core.read_namespaced_service("train", namespace).metadata.owner_references[0].kind == "DataParallelJob"
+
+
+def test_a_foreign_configmap_holding_the_rank_table_name_is_never_patched(api, core, namespace, operator):
+    core.create_namespaced_config_map(namespace, client.V1ConfigMap(
+        metadata=client.V1ObjectMeta(name="train-ranktable"), data={"mine": "keep"}))
+    dpj.create(api, namespace, JobBuilder().obj())
+    cond = wait_until(lambda: (c := _conditions(api, namespace, "train").get("RankTableReady"))
+                      and c["reason"] == "ConfigMapNameConflict" and c, timeout=60,
+                      what="RankTableReady=False/ConfigMapNameConflict")
+    assert cond["status"] == "False" and f"ConfigMap {namespace}/train-ranktable" in cond["message"]
+    assert "ConfigMapNameConflict" in dpj.event_reasons(namespace, "train")
+    time.sleep(6)  # more than one resync: the condition holds, the map is untouched
+    assert _conditions(api, namespace, "train")["RankTableReady"]["reason"] == "ConfigMapNameConflict"
+    cm = core.read_namespaced_config_map("train-ranktable", namespace)
+    assert cm.data == {"mine": "keep"} and not cm.metadata.owner_references
+
+
+def test_a_reapplied_job_gets_its_own_service_and_rank_table(api, core, namespace, operator):
+    first = dpj.create(api, namespace, JobBuilder().obj())
+    dpj.wait_phase(api, namespace, "train", "Running", timeout=90)
+    dpj.delete(api, namespace, "train")
+    second = dpj.create(api, namespace, JobBuilder().obj())
+    dpj.wait_phase(api, namespace, "train", "Running", timeout=120)
+
+    def owned_by_second() -> bool:
+        svc = core.read_namespaced_service("train", namespace)
+        cm = core.read_namespaced_config_map("train-ranktable", namespace)
+        return all((o.metadata.owner_references or [None])[0] is not None
+                   and o.metadata.owner_references[0].uid == second["metadata"]["uid"] for o in (svc, cm))
+
+    wait_until(owned_by_second, timeout=90, what="Service and ConfigMap recreated for the new job")
+    assert first["metadata"]["uid"] != second["metadata"]["uid"]
+    assert json.loads(core.read_namespaced_config_map("train-ranktable", namespace).data["ranktable.json"])

@@ -109,7 +109,7 @@ def test_service_account_rbac_is_enough_and_least_privilege(cluster, namespace, 
         allowed = [  # what operator/dpjob_operator/k8s/client.py and kopf do, cluster-wide
             ("create", "pods", None), ("delete", "pods", None), ("get", "pods", None), ("list", "pods", None),
             ("watch", "pods", None),
-            ("create", "services", namespace), ("create", "configmaps", namespace), ("get", "configmaps", namespace),
+            ("create", "services", namespace), ("get", "services", namespace), ("create", "configmaps", namespace), ("get", "configmaps", namespace),
             ("patch", "configmaps", namespace), ("create", "events", namespace),
             ("list", "dataparalleljobs.dpjob.io", None), ("watch", "dataparalleljobs.dpjob.io", None),
             ("get", "dataparalleljobs.dpjob.io", namespace), ("delete", "dataparalleljobs.dpjob.io", namespace),

@@ -62,10 +62,11 @@ and kopf use). Shared by the ClusterRole and the per-namespace Roles.
 - apiGroups: [""]
   resources: [pods]
   verbs: [create, delete, get, list, watch]
-# The headless Service of each job: created once (owner references do the cleanup).
+# The headless Service of each job: created once (owner references do the cleanup); get after a
+# 409, to tell our own from one we must never adopt or change (claims by owner UID).
 - apiGroups: [""]
   resources: [services]
-  verbs: [create]
+  verbs: [create, get]
 # Rank-table ConfigMaps: created, read back, and patched after every gang restart.
 - apiGroups: [""]
   resources: [configmaps]

@@ -152,6 +152,6 @@ class RankTableOutcome:
     message: str
     format: str
     files: Mapping[str, str]
-    # Why the last write of these files failed (the API server's words), or None: a completed
-    # table that is not stored is not ready for the trainer.
-    write_error: str | None = None
+    # (reason, message) of the last failed write of these files (the API server's words, or the
+    # name of the object holding the ConfigMap's name), or None: a table not stored is not ready.
+    write_error: tuple[str, str] | None = None

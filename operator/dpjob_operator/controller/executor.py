@@ -34,12 +34,15 @@ from dpjob_operator.reconcile.actions import (
     Plan,
     ReleaseGang,
 )
+from dpjob_operator.reconcile.claims import FOREIGN, OURS, PREVIOUS, conflict_message, ownership
 from dpjob_operator.reconcile.reasons import (
+    CONFIGMAP_NAME_CONFLICT,
     CREATED,
     FAILED_CREATE_POD,
     POD_NAME_CONFLICT,
     RANK_TABLE_READY,
     RANK_TABLE_WRITE_FAILED,
+    SERVICE_NAME_CONFLICT,
 )
 from dpjob_operator.reconcile.refusals import create_refused_message
 
@@ -67,6 +70,20 @@ class PodCreationFailed(ReportedFailure):
         super().__init__(f"{failed} rank pod creation(s) failed: {server_message}", report, reason, CREATED)
 
 
+class ChildConflict(ReportedFailure):
+    """The job's Service or rank-table ConfigMap name is held by an object this job does not control."""
+
+    def __init__(self, kind: str, message: str, report: str | None) -> None:
+        reason, condition = ((SERVICE_NAME_CONFLICT, CREATED) if kind == "Service"
+                             else (CONFIGMAP_NAME_CONFLICT, RANK_TABLE_READY))
+        super().__init__(message, report, reason, condition)
+
+
+class WaitingForPrevious(RuntimeError):
+    """A child object of an earlier job of the same name is still there: the garbage collector is
+    deleting it. Retried with backoff, not reported: nothing is wrong."""
+
+
 class RankTableWriteFailed(ReportedFailure):
     """The API server refused a rank-table ConfigMap: the trainer would wait on ``initializing``."""
 
@@ -89,7 +106,7 @@ class Executor:
         self.memo_seconds = 10 * cfg.resync_seconds
         self._tables: dict[tuple[str, str], tuple[dict[str, str], float]] = {}  # (uid, configmap) -> (data, checked)
         self._refusals: dict[str, str] = {}                       # uid -> pod refusal last reported
-        self._table_errors: dict[str, str] = {}                   # uid -> why the last table write failed
+        self._table_errors: dict[str, tuple[str, str]] = {}       # uid -> (reason, why) the last write failed
         self.handlers: Mapping[type, Handler] = {
             EnsureService: self._ensure_service,
             ApplyRankTable: self._apply_rank_table,
@@ -123,20 +140,42 @@ class Executor:
     async def _ensure_service(self, job: Job, _action: EnsureService, _restart: int) -> None:
         checked = self._services.get(job.uid)
         if checked is None or time.monotonic() - checked > self.memo_seconds:
-            await self.blocking.run(self.kube.create_if_absent, build_headless_service(job))
+            service = build_headless_service(job)
+            if not await self.blocking.run(self.kube.create_if_absent, service):
+                await self._claim_child(job, "Service", service["metadata"]["name"])
             self._services[job.uid] = time.monotonic()
 
-    def rank_table_write_error(self, uid: str) -> str | None:
-        """Why the job's last rank-table write failed, until a write succeeds (for the planner)."""
+    async def _claim_child(self, job: Job, kind: str, name: str) -> dict[str, Any] | None:
+        """The object if this job controls it, None if absent; another job's is waited for
+        (``WaitingForPrevious``), anyone else's reported once (``ChildConflict``), never touched."""
+        body = await self.blocking.run(self.kube.read_raw, kind, job.namespace, name)
+        if body is None:
+            return None
+        meta = body.get("metadata") or {}
+        verdict = ownership(meta, job.uid, job.name)
+        if verdict == OURS:
+            return body
+        if verdict == PREVIOUS:
+            raise WaitingForPrevious(f"{kind} {name} still belongs to a previous job named {job.name}")
+        message = conflict_message(kind, meta)
+        report = None if self._refusals.get(job.uid) == message else message
+        self._refusals[job.uid] = message
+        raise ChildConflict(kind, message, report)
+
+    def rank_table_write_error(self, uid: str) -> tuple[str, str] | None:
+        """(reason, message) of the job's last failed rank-table write, until one succeeds (for the
+        planner: the condition must not say Ready, or Waiting, while the pods cannot read it)."""
         return self._table_errors.get(uid)
 
     async def _apply_rank_table(self, job: Job, action: ApplyRankTable, restart: int) -> None:
-        """Write the table; a refusal is remembered (the planner reports it) and reported once."""
+        """Write the table; a refusal or a name conflict is remembered (the planner reports it)."""
         try:
             await self._write_rank_tables(job, action, restart)
-        except RankTableWriteFailed as failure:
-            if self._table_errors.get(job.uid) != str(failure):
-                self._table_errors[job.uid] = failure.report = str(failure)
+        except (RankTableWriteFailed, ChildConflict) as failure:
+            error = (failure.reason, str(failure))
+            if self._table_errors.get(job.uid) != error:
+                self._table_errors[job.uid] = error
+                failure.report = str(failure)
             raise
         self._table_errors.pop(job.uid, None)
 
@@ -147,8 +186,8 @@ class Executor:
             memo = (job.uid, name)
             known = self._tables.get(memo)
             if known is None or time.monotonic() - known[1] > self.memo_seconds:
-                current = await self.blocking.run(self.kube.read_configmap_data, job.namespace, name)
-                known = None if current is None else (current, time.monotonic())
+                current = await self._claim_child(job, "ConfigMap", name)
+                known = None if current is None else (current.get("data") or {}, time.monotonic())
             if known is None or known[0] != cm["data"]:
                 try:
                     await self.blocking.run(self.kube.apply_configmap, cm)
@@ -182,10 +221,13 @@ class Executor:
         """A 409 on create: the name is taken. Ours (an earlier pass made it) is fine; anyone else's
         is never adopted (the Job controller's rule): the user hears which pod blocks which rank."""
         for name in names:
-            owner = await self.blocking.run(self.kube.pod_controller_uid, job.namespace, name)
-            if owner is None or owner == job.uid:
-                continue
-            message = (f"pod {name} exists but is not controlled by this job (controller uid {owner or 'none'}); "
+            body = await self.blocking.run(self.kube.read_raw, "Pod", job.namespace, name)
+            meta = (body or {}).get("metadata") or {}
+            if body is None or ownership(meta, job.uid, job.name) != FOREIGN:
+                continue  # gone, ours, or a previous job's still terminating: the planner waits
+            owner = next((str(ref.get("uid")) for ref in meta.get("ownerReferences") or [] if ref.get("controller")),
+                         "none")
+            message = (f"pod {name} exists but is not controlled by this job (controller uid {owner}); "
                        f"delete it or rename the job: the operator never adopts a pod")
             report = None
             if self._refusals.get(job.uid) != message:

@@ -97,17 +97,19 @@ class KubeClient:
                 return False
             raise
 
-    def pod_controller_uid(self, namespace: str, name: str) -> str | None:
-        """The uid of the pod's controller (ownerReferences[controller=true]); "" when it has none,
-        None when the pod does not exist. Used after a 409 on create: whose pod holds the name?"""
+    def read_raw(self, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
+        """A Pod, Service or ConfigMap as a raw dict; None when it does not exist."""
+        readers: dict[str, Callable[..., Any]] = {"Pod": self.core.read_namespaced_pod,
+                                                  "Service": self.core.read_namespaced_service,
+                                                  "ConfigMap": self.core.read_namespaced_config_map}
         try:
-            resp = self._call("GET", self.core.read_namespaced_pod, name, namespace, _preload_content=False)
+            resp = self._call("GET", readers[kind], name, namespace, _preload_content=False)
         except ApiException as e:
             if e.status == 404:
                 return None
             raise
-        refs = (json.loads(resp.data).get("metadata") or {}).get("ownerReferences") or []
-        return next((str(r.get("uid")) for r in refs if r.get("controller")), "")
+        body: dict[str, Any] = json.loads(resp.data)
+        return body
 
     def delete_pod(self, namespace: str, name: str, grace_seconds: int | None = None) -> bool:
         try:
@@ -175,15 +177,6 @@ class KubeClient:
             if e.status == 409:
                 return False
             raise
-
-    def read_configmap_data(self, namespace: str, name: str) -> dict[str, str] | None:
-        try:
-            resp = self._call("GET", self.core.read_namespaced_config_map, name, namespace, _preload_content=False)
-        except ApiException as e:
-            if e.status == 404:
-                return None
-            raise
-        return json.loads(resp.data).get("data") or {}
 
     def apply_configmap(self, obj: Mapping[str, Any]) -> None:
         """Create the ConfigMap, or replace its data when it exists (merge patch keeps owner refs)."""

@@ -17,7 +17,7 @@ from dpjob_operator.reconcile.conditions import get_condition
 from dpjob_operator.reconcile.context import PassContext
 
 # Reasons worth a Warning event: the user must act (the table will not complete by waiting).
-_WARN_PREFIXES = ("Invalid", REASON_TOO_LARGE, r.RANK_TABLE_WRITE_FAILED)
+_WARN_PREFIXES = ("Invalid", REASON_TOO_LARGE, r.RANK_TABLE_WRITE_FAILED, r.CONFIGMAP_NAME_CONFLICT)
 
 
 def report_rank_table(ctx: PassContext, outcome: RankTableOutcome) -> None:
@@ -25,7 +25,7 @@ def report_rank_table(ctx: PassContext, outcome: RankTableOutcome) -> None:
     gen = ctx.generation
     ready, reason, message = outcome.ready, outcome.reason, outcome.message
     if outcome.write_error is not None:  # whatever the table says, the pods cannot read it
-        ready, reason, message = False, r.RANK_TABLE_WRITE_FAILED, outcome.write_error
+        ready, (reason, message) = False, outcome.write_error
     ctx.status["rankTable"] = {"format": outcome.format, "configMap": ranktable_configmap_name(ctx.job.name),
                                "configMaps": sorted(set(ranktable_layout(ctx.job).values())),
                                "restart": gen, "ready": ready, "reason": reason}
