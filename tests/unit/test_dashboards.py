@@ -266,7 +266,7 @@ def test_rbac_rules_are_least_privilege():
     granted = {(g, r, v) for rule in role["rules"] for g in rule["apiGroups"] for r in rule["resources"]
                for v in rule["verbs"]}
     expected = {("", "pods", v) for v in ("create", "delete", "get", "list", "watch")}
-    expected |= {("", "services", "create")}
+    expected |= {("", "services", v) for v in ("create", "get")}
     expected |= {("", "configmaps", v) for v in ("create", "get", "patch")}
     expected |= {("", "events", v) for v in ("create", "patch")}
     expected |= {("dpjob.io", "dataparalleljobs", v) for v in ("get", "list", "watch", "delete")}
