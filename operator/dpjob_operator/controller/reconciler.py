@@ -28,6 +28,7 @@ from dpjob_operator.controller.executor import Executor, ReportedFailure
 from dpjob_operator.controller.gangs import Gangs
 from dpjob_operator.controller.observer import Observer
 from dpjob_operator.controller.progress import ProgressReader
+from dpjob_operator.controller.sweeper import JobSweeper
 from dpjob_operator.controller.timings import Timings
 from dpjob_operator.controller.workqueue import WorkQueue
 from dpjob_operator.k8s import errors
@@ -74,6 +75,7 @@ class Controller:
         self.observer = Observer(self.pods, self.gangs, self.progress)
         self.executor = Executor(cfg, kube, self.blocking, self.gangs, self.timings)
         self._spec_errors: dict[JobKey, str] = {}  # the InvalidSpec message last reported
+        self.sweeper = JobSweeper(kube, self.blocking, self.jobs, self._forget, cfg.namespaces)
         self._workers: list[asyncio.Task[None]] = []
         self._fenced = False
         # Scrape-time gauges over the job cache; a job without a phase yet is Pending. Only the
@@ -132,6 +134,7 @@ class Controller:
         if self._workers or self._fenced:
             return
         self._workers = [asyncio.create_task(self._worker()) for _ in range(self.cfg.workers)]
+        self._workers.append(asyncio.create_task(self.sweeper.run(10 * self.cfg.resync_seconds)))
         log.info("controller started: %d workers, api qps=%s burst=%s, create concurrency=%d",
                  self.cfg.workers, self.cfg.api_qps, self.cfg.api_burst, self.cfg.create_concurrency)
 

@@ -84,6 +84,8 @@ class KubeClient:
             return result
         raise AssertionError("unreachable")
 
+    call = _call  # the same, for the k8s modules beside this one (jobs.py)
+
     # ---- pods ---------------------------------------------------------------------------
 
     def create_pod(self, pod: Mapping[str, Any]) -> bool:
