@@ -43,6 +43,9 @@ class PodObservation:
     # pods whose controller is the job itself (see reconcile/claims.py).
     owner_uid: str | None = None
     container: str | None = None  # the container whose termination decided (the trainer first)
+    # Why a container of a not-yet-running pod waits (kubelet's state.waiting: ErrImagePull,
+    # CreateContainerConfigError, ...) as "reason: message", init containers first; None otherwise.
+    waiting: str | None = None
 
     @property
     def active(self) -> bool:
@@ -82,6 +85,18 @@ def _termination(status: Mapping[str, Any]) -> tuple[int | None, str | None, str
         if cs.get("name") == c.TRAINER_CONTAINER and code:
             break
     return exit_code, reason, message, finished_at, container
+
+
+def _waiting(status: Mapping[str, Any]) -> str | None:
+    """The first waiting container's reason (and message), init containers first, the trainer next."""
+    for key in ("initContainerStatuses", "containerStatuses"):
+        statuses = sorted(status.get(key) or [], key=lambda s: s.get("name") != c.TRAINER_CONTAINER)
+        for cs in statuses:
+            waiting = (cs.get("state") or {}).get("waiting") or {}
+            if waiting.get("reason"):
+                message = waiting.get("message")
+                return f"{waiting['reason']}: {message}" if message else str(waiting["reason"])
+    return None
 
 
 def _controller_uid(meta: Mapping[str, Any]) -> str | None:
@@ -129,6 +144,7 @@ def observe_pod(pod: Mapping[str, Any]) -> PodObservation | None:
         finished_at=finished_at,
         owner_uid=_controller_uid(meta),
         container=container,
+        waiting=_waiting(status) if (status.get("phase") or "Pending") == "Pending" else None,
         annotations={k: v for k, v in annotations.items() if k.startswith(("ascend.", "huawei.com/"))},
     )
 

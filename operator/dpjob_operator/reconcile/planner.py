@@ -35,6 +35,7 @@ from dpjob_operator.reconcile.refusals import recover_fixed_spec
 from dpjob_operator.reconcile.stall import apply_stall, settle_stall
 from dpjob_operator.reconcile.success import apply_success
 from dpjob_operator.reconcile.suspend import apply_suspend
+from dpjob_operator.reconcile.waiting import report_waiting
 
 
 def plan_job(job: Job, status: Mapping[str, Any], pods: Sequence[PodObservation], now: datetime,
@@ -65,6 +66,7 @@ def plan_job(job: Job, status: Mapping[str, Any], pods: Sequence[PodObservation]
         converge(ctx, current, pods, rank_table, foreign)
     if phase not in r.TERMINAL:
         settle_stall(ctx)
+        report_waiting(ctx, current)
         apply_progress(ctx, progress)  # last: a pass that writes anyway takes the progress along
     return ctx.plan()
 

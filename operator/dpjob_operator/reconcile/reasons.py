@@ -21,6 +21,7 @@ POOL_AVAILABLE = "PoolAvailable"
 PODS_SCHEDULED = "PodsScheduled"
 RANK_TABLE_READY = "RankTableReady"
 STALLED = "Stalled"   # also the reason of a stall (no step for runPolicy.stallTimeoutSeconds)
+WAITING = "Waiting"   # why the job is not running (reconcile/waiting.py)
 
 # Reasons
 ACCEPTED = "Accepted"
@@ -50,6 +51,9 @@ FAILED_CREATE_POD = "FailedCreatePod"
 POD_NAME_CONFLICT = "PodNameConflict"
 SERVICE_NAME_CONFLICT = "ServiceNameConflict"      # a Service of the job's name that is not ours
 CONFIGMAP_NAME_CONFLICT = "ConfigMapNameConflict"  # a rank-table ConfigMap name taken by someone else
+IMAGE_PULL_ERROR = "ImagePullError"              # Waiting: a rank's image cannot be pulled
+CONTAINER_CONFIG_ERROR = "ContainerConfigError"  # Waiting: a rank's container cannot be created
+STARTING = "Starting"                            # Waiting: ranks are being created or started
 RANK_TABLE_WRITE_FAILED = "RankTableWriteFailed"  # the API server refused to store a completed table
 SPEC_FIXED = "SpecFixed"
 STARTUP_TIMEOUT = "StartupTimeout"   # no first step within runPolicy.startupTimeoutSeconds
