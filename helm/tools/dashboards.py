@@ -212,6 +212,18 @@ def training() -> dict[str, Any]:
             [(f"(rate(dpjob_trainer_data_wait_seconds_total{{{T}}}[{RI}]) / "
               f"rate(dpjob_trainer_step_duration_seconds_sum{{{T}}}[{RI}])) {RANK_JOIN}", "rank {{rank}}")],
             w=12, unit="percentunit", min_=0)
+    b.panel("timeseries", "Slowest rank: own step time / median",
+            [(f"max by (namespace, dpjob_job) (dpjob_trainer_slowest_rank_ratio{{{T}}})",
+              "{{namespace}}/{{dpjob_job}}")],
+            w=12, unit="short", min_=1, thresholds=[(None, "green"), (1.5, "orange"), (3, "red")],
+            description="Rank 0's view: the slowest rank's own step time (wall time minus waiting for the others' "
+                        "gradients) over the median of all ranks'. 1 means even; the operator reports a straggler at "
+                        "runPolicy.stragglerFactor (1.5) for 3 steps in a row.")
+    b.panel("stat", "Straggler rank",
+            [(f"max by (namespace, dpjob_job) (dpjob_trainer_straggler_rank{{{T}}})", "{{namespace}}/{{dpjob_job}}")],
+            w=12, decimals=0, thresholds=[(None, "green"), (0, "orange")],
+            description="The rank holding the gang back (status.progress.slowestRank), or -1 when none.",
+            options={"graphMode": "none"})
 
     b.row("Model")
     b.panel("timeseries", "Loss", [(f"max by (namespace, dpjob_job) (dpjob_trainer_loss{{{T}}})",

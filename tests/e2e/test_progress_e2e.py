@@ -126,3 +126,16 @@ def test_a_plain_script_with_the_documented_helper_reports_progress_and_is_faile
     st = dpj.wait_phase(api, namespace, name, "Failed", timeout=STALL_TIMEOUT + 30)
     assert st["reason"] == "Stalled" and st["lastStall"]["step"] == 5 and st["restarts"] == 0
     assert "since step 5" in st["message"]
+
+
+def test_a_rank_slowed_by_a_sleep_shows_up_as_the_slowest_rank(api, namespace, operator_pod):
+    name = "straggler"
+    dpj.create(api, namespace, real_job(name, ["--task", "linear", "--steps", "100000", "--log-every", "0",
+                                               "--slow-rank", "1", "--slow-seconds", "0.05"],
+                                        stragglerFactor=1.5))
+    dpj.wait_phase(api, namespace, name, "Running", timeout=180)
+    st = dpj.wait_status(api, namespace, name, lambda s: "slowestRank" in s.get("progress", {}), timeout=90,
+                         what="status.progress.slowestRank")
+    assert st["progress"]["slowestRank"]["rank"] == 1 and st["progress"]["slowestRank"]["ratio"] >= 1.5
+    assert "Straggler" in dpj.event_reasons(namespace, name)
+    dpj.delete(api, namespace, name)

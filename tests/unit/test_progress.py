@@ -321,3 +321,32 @@ def test_the_helper_users_copy_from_the_docs_serves_what_the_reader_takes():
     assert rep is not None and (rep.step, rep.total_steps, rep.loss) == (5, 40, 0.2)
     assert report_from_samples(parse_contract(text)[0], 0, time.time()).step == 5, "the script hangs at step 5"
     assert abs(rep.last_step_time - time.time()) < 30
+
+
+# ---- stragglers ------------------------------------------------------------------------------------
+
+def test_a_straggler_reaches_status_and_is_announced_once_per_rank():
+    first = plan(running(), ProgressView(0, T - 60, report(10, T, straggler_rank=2, slowest_ratio=3.04)))
+    assert first.status["progress"]["slowestRank"] == {"rank": 2, "ratio": 3.04}
+    assert [e.reason for e in first.events] == ["Straggler"] and "rank 2" in first.events[0].message
+    later = NOW + timedelta(seconds=PROGRESS_SECONDS)
+    same = plan(first.status, ProgressView(0, T - 60, report(20, later.timestamp(), straggler_rank=2,
+                                                             slowest_ratio=2.9), report(10, T)), later)
+    assert same.status["progress"]["slowestRank"]["rank"] == 2 and "Straggler" not in [e.reason for e in same.events]
+    gone = plan(same.status, ProgressView(0, T - 60, report(30, (later + timedelta(seconds=10)).timestamp()),
+                                          report(20, later.timestamp())), later + timedelta(seconds=10))
+    assert "slowestRank" not in gone.status["progress"]
+
+
+def test_the_straggler_gauge_is_read_and_minus_one_means_none():
+    values = {"dpjob_trainer_step": 5, "dpjob_trainer_straggler_rank": -1, "dpjob_trainer_slowest_rank_ratio": 1.1}
+    assert report_from_samples(values, 0, T).straggler_rank is None
+    values["dpjob_trainer_straggler_rank"] = 3
+    rep = report_from_samples(values, 0, T)
+    assert rep.straggler_rank == 3 and rep.slowest_ratio == pytest.approx(1.1)
+
+
+def test_the_straggler_factor_reaches_every_rank():
+    env = dict(build_rank_env(JobBuilder().run_policy(stragglerFactor=2.5).job(), 1, 0, DEFAULT_POOLS["cpu"]))
+    assert env["DPJOB_STRAGGLER_FACTOR"] == "2.5"
+    assert "DPJOB_STRAGGLER_FACTOR" not in dict(build_rank_env(JobBuilder().job(), 1, 0, DEFAULT_POOLS["cpu"]))

@@ -23,6 +23,9 @@ def test_every_metric_is_exposed_with_its_type():
     m.observe_checkpoint(0.3)
     m.set_total_steps(100)
     m.set_checkpoint(5, 1e9)
+    from dpjob_trainer.stragglers import StepTimes
+
+    m.set_step_times(StepTimes(slowest_rank=1, slowest_seconds=0.03, median_seconds=0.01, straggler=1))
     families = {f.name: f for f in text_string_to_metric_families(generate_latest(m.registry).decode())}
     types = {
         "dpjob_trainer_step_duration_seconds": "histogram",

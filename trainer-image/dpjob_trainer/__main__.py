@@ -18,6 +18,7 @@ from .env import DistEnv, EnvError, parse_env
 from .metrics import NullMetrics, TrainerMetrics
 from .peerloss import EXIT_PEER_LOST, is_peer_loss
 from .ranktable import RankTableTimeout, must_wait_for_rank_table, wait_for_rank_table
+from .stragglers import DEFAULT_FACTOR
 
 EXIT_USAGE = 2
 
@@ -95,6 +96,13 @@ def build_parser() -> argparse.ArgumentParser:
     # gets a NaN loss in steps K .. K+N-1 of every gang. Hidden: not for training.
     ops.add_argument("--inject-nan-at-step", type=int, default=0, help=argparse.SUPPRESS)
     ops.add_argument("--inject-nan-steps", type=int, default=1, help=argparse.SUPPRESS)
+    ops.add_argument("--straggler-factor", type=float,
+                     default=float(os.environ.get("DPJOB_STRAGGLER_FACTOR") or DEFAULT_FACTOR),
+                     help="a rank whose own step time is this many times the median for 3 steps is reported "
+                          "as a straggler (default $DPJOB_STRAGGLER_FACTOR or 1.5; must be > 1)")
+    # Test hook for straggler detection (tests/e2e): this rank sleeps --slow-seconds in every step.
+    ops.add_argument("--slow-rank", type=int, default=-1, help=argparse.SUPPRESS)
+    ops.add_argument("--slow-seconds", type=float, default=0.0, help=argparse.SUPPRESS)
     return p
 
 

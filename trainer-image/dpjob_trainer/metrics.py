@@ -29,6 +29,8 @@ from bisect import bisect_left
 from collections.abc import Iterator
 from typing import Any
 
+from .stragglers import StepTimes
+
 STEP_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 CHECKPOINT_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0)
 
@@ -51,6 +53,11 @@ METRIC_NAMES = (
     "dpjob_trainer_checkpoint_step",
     "dpjob_trainer_checkpoint_timestamp_seconds",
     "dpjob_trainer_nonfinite_steps_total",
+    # rank 0 of a job of two or more ranks (stragglers.py)
+    "dpjob_trainer_slowest_rank",
+    "dpjob_trainer_slowest_rank_ratio",
+    "dpjob_trainer_rank_step_seconds_median",
+    "dpjob_trainer_straggler_rank",
 )
 
 
@@ -84,6 +91,9 @@ class NullMetrics:
         pass
 
     def set_total_steps(self, total: int) -> None:
+        pass
+
+    def set_step_times(self, times: StepTimes) -> None:
         pass
 
     def set_checkpoint(self, step: int, timestamp: float | None) -> None:
@@ -129,6 +139,7 @@ class TrainerMetrics(NullMetrics):
         self._ckpt_sum = 0.0
         self._ckpt_count = 0
         self._nonfinite_steps = 0
+        self._step_times: StepTimes | None = None
         self._server: Any = None
         self._thread: Any = None
         self.registry.register(self)
@@ -175,6 +186,11 @@ class TrainerMetrics(NullMetrics):
         with self._lock:
             self._total_steps = total
 
+    def set_step_times(self, times: StepTimes) -> None:
+        """Rank 0: the slowest rank's own step time against the median (stragglers.py)."""
+        with self._lock:
+            self._step_times = times
+
     def set_checkpoint(self, step: int, timestamp: float | None) -> None:
         """The last checkpoint written (or resumed from): its step and, if known, its unix time."""
         with self._lock:
@@ -207,6 +223,7 @@ class TrainerMetrics(NullMetrics):
             ckpt_buckets, ckpt_sum = list(self._ckpt_buckets), self._ckpt_sum
             total_steps, ckpt = self._total_steps, self._checkpoint
             nonfinite_steps = self._nonfinite_steps
+            step_times = self._step_times
 
         if info is not None:
             family = GaugeMetricFamily("dpjob_trainer_info", "Constant 1; labels describe this trainer process.",
@@ -251,6 +268,8 @@ class TrainerMetrics(NullMetrics):
             yield GaugeMetricFamily("dpjob_trainer_last_step_timestamp_seconds",
                                     "Unix time the last step finished; alert on time() - this to catch hangs.",
                                     value=timestamp)
+        if step_times is not None:  # rank 0 of a multi-rank job, after the first steps
+            yield from _step_time_gauges(GaugeMetricFamily, step_times)
         yield _histogram(HistogramMetricFamily, "dpjob_trainer_checkpoint_duration_seconds",
                          "Time to save a checkpoint, including the wait for rank 0's write.",
                          CHECKPOINT_BUCKETS, ckpt_buckets, ckpt_sum)
@@ -260,6 +279,18 @@ class TrainerMetrics(NullMetrics):
             self._server.shutdown()
             self._server.server_close()
             self._server = None
+
+
+def _step_time_gauges(cls: Any, t: StepTimes) -> Iterator[Any]:
+    yield cls("dpjob_trainer_slowest_rank", "Rank with the largest own step time (wall time minus time waiting "
+              "for the others' gradients) in the last step; served by rank 0.", value=t.slowest_rank)
+    yield cls("dpjob_trainer_slowest_rank_ratio", "The slowest rank's own step time over the median of all ranks'.",
+              value=t.ratio)
+    yield cls("dpjob_trainer_rank_step_seconds_median", "Median over ranks of the own step time.",
+              value=t.median_seconds)
+    yield cls("dpjob_trainer_straggler_rank", "A rank at >= --straggler-factor x the median own step time for 3 "
+              "steps in a row, or -1; the operator's status.progress.slowestRank.",
+              value=-1 if t.straggler is None else t.straggler)
 
 
 def _checkpoint_gauges(cls: Any, ckpt: tuple[int, float | None] | None) -> Iterator[Any]:

@@ -23,7 +23,7 @@ import signal
 import sys
 import time
 from collections.abc import Sized
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any, TextIO
 
 import torch
@@ -37,6 +37,7 @@ from .env import DistEnv, device_for, select_backend
 from .metrics import NullMetrics
 from .nonfinite import EXIT_NONFINITE, NonfinitePolicy, json_number
 from .sharding import ShardPlan
+from .stragglers import DEFAULT_FACTOR, StepTimes, StragglerDetector
 from .tasks import BatchedTensorDataset, Task, build_task, load_entrypoint
 
 EXIT_OK = 0
@@ -85,6 +86,9 @@ class TrainConfig:
     max_nonfinite_steps: int = 3  # --nonfinite skip: more consecutive non-finite steps than this stop
     inject_nan_at_step: int = 0  # test hook (hidden flag): NaN loss from this step on one rank
     inject_nan_steps: int = 1  # test hook (hidden flag): for this many consecutive steps
+    straggler_factor: float = DEFAULT_FACTOR  # a rank this much slower than the median is a straggler
+    slow_rank: int = -1  # test hook (hidden flag): this rank sleeps --slow-seconds in every step
+    slow_seconds: float = 0.0
 
 
 @dataclass
@@ -102,6 +106,8 @@ class StepResult:
     loss: float = 0.0  # the mean loss over ranks
     stop_votes: float = 0.0  # ranks that got SIGTERM
     nonfinite_ranks: int = 0  # ranks whose loss or reduced gradient was NaN/Inf; > 0: update not applied
+    own_seconds: list[float] = field(default_factory=list)  # every rank's own time of the previous step
+    ready_at: float = 0.0  # perf_counter when this rank reached the step's all-reduce (its own work done)
 
 
 @dataclass
@@ -238,6 +244,9 @@ class Trainer:
         self.failure: str | None = None  # why the run stopped with EXIT_NONFINITE, for the stderr line
         self.checkpoint_step: int | None = None  # step of the checkpoint on disk, when known
         self.policy = NonfinitePolicy(cfg.nonfinite, cfg.max_nonfinite_steps)
+        self.stragglers = StragglerDetector(cfg.straggler_factor)
+        self.own_seconds = 0.0  # this rank's own time of its last step (wall minus waiting for the others)
+        self.straggler: int | None = None  # rank 0: the straggler last reported
 
     def log(self, event: str, **fields: Any) -> None:
         emit(event, self.out, rank=self.env.rank, **fields)
@@ -395,6 +404,15 @@ class Trainer:
         self.log("checkpoint", step=step, reason=reason, seconds=round(duration, 4), dir=self.cfg.checkpoint_dir)
         return True
 
+    def _report_straggler(self, step: int, times: StepTimes) -> None:
+        """Rank 0: export the step times; log a straggler when one appears or changes."""
+        self.metrics.set_step_times(times)
+        if times.straggler is not None and times.straggler != self.straggler:
+            self.log("straggler", level="warning", step=step, slow_rank=times.straggler,
+                     ratio=round(times.ratio, 2), own_seconds=round(times.slowest_seconds, 6),
+                     median_seconds=round(times.median_seconds, 6))
+        self.straggler = times.straggler
+
     def _kept_checkpoint(self) -> str:
         """What is on disk after a non-finite stop, for the error line."""
         if not self.cfg.checkpoint_dir:
@@ -420,6 +438,8 @@ class Trainer:
         accum, world = self.cfg.grad_accum, self.env.world_size
         window_real = self.plan.window_real(step)
         result = StepResult(loss_sum=torch.zeros((), device=self.device), window_real=window_real)
+        if self.env.rank == self.cfg.slow_rank and self.cfg.slow_seconds > 0:
+            time.sleep(self.cfg.slow_seconds)  # the --slow-rank test hook: a rank that holds the gang back
         for j in range(accum):
             waited = time.perf_counter()
             inputs, targets = _to_device(next(batches), self.device)
@@ -459,14 +479,22 @@ class Trainer:
         one host synchronisation, as before; only the update now waits for it."""
         assert r.grad_norm is not None
         finite = torch.isfinite(r.loss_sum) & torch.isfinite(r.grad_norm.to(self.device))
-        votes = torch.stack([
+        world = self.env.world_size
+        r.ready_at = time.perf_counter()
+        # One slot per rank, only ours non-zero: the sum is every rank's own time (stragglers.py).
+        own = torch.zeros(world if world > 1 else 0, dtype=r.loss_sum.dtype, device=self.device)
+        if world > 1:
+            own[self.env.rank] = self.own_seconds
+        votes = torch.cat([torch.stack([
             r.loss_sum,
             torch.tensor(float(self.stop.requested), device=self.device),
             (~finite).to(r.loss_sum.dtype),
-        ])  # fmt: skip
-        loss_total, r.stop_votes, nonfinite = all_reduce_sum(votes).tolist()
-        r.loss = loss_total / self.env.world_size
+        ]), own])  # fmt: skip
+        reduced = all_reduce_sum(votes).tolist()
+        loss_total, r.stop_votes, nonfinite = reduced[:3]
+        r.loss = loss_total / world
         r.nonfinite_ranks = round(nonfinite)
+        r.own_seconds = reduced[3:]
 
     def _inject_nan(self, step: int) -> bool:
         """``--inject-nan-at-step K`` (test hook): a NaN loss in steps K .. K+N-1 (1-based, like the
@@ -505,9 +533,13 @@ class Trainer:
             now = time.perf_counter()
             lr = optimizer.param_groups[0]["lr"]
             grad_norm = float(r.grad_norm.item()) if r.grad_norm is not None else 0.0
+            exposed = CommHook.exposed_seconds(r.comm_token)
+            self.own_seconds = max(r.ready_at - started - exposed, 1e-9)
+            if self.env.rank == 0 and (times := self.stragglers.observe(r.own_seconds)) is not None:
+                self._report_straggler(step, times)
             self.metrics.observe_step(
                 duration=now - started, samples=r.local_samples, data_wait=r.data_wait,
-                comm_exposed=CommHook.exposed_seconds(r.comm_token), loss=loss, learning_rate=lr,
+                comm_exposed=exposed, loss=loss, learning_rate=lr,
                 grad_norm=grad_norm, epoch=r.epoch, timestamp=time.time(), step=step, global_samples=r.window_real,
             )  # fmt: skip
             if cfg.log_every > 0 and (step % cfg.log_every == 0 or step == self.total_steps):

@@ -29,7 +29,10 @@ GLOBAL_SAMPLES = "dpjob_trainer_global_samples_total"        # -> samplesPerSeco
 CHECKPOINT_STEP = "dpjob_trainer_checkpoint_step"
 CHECKPOINT_TIME = "dpjob_trainer_checkpoint_timestamp_seconds"
 INFO = "dpjob_trainer_info"                                  # labels job_name, restart: who is speaking
-CONTRACT = (STEP, TOTAL_STEPS, LAST_STEP_TIME, LOSS, EPOCH, GLOBAL_SAMPLES, CHECKPOINT_STEP, CHECKPOINT_TIME, INFO)
+STRAGGLER_RANK = "dpjob_trainer_straggler_rank"              # -> slowestRank (-1: none)
+SLOWEST_RATIO = "dpjob_trainer_slowest_rank_ratio"           # the slowest rank's own step time / median
+CONTRACT = (STEP, TOTAL_STEPS, LAST_STEP_TIME, LOSS, EPOCH, GLOBAL_SAMPLES, CHECKPOINT_STEP, CHECKPOINT_TIME, INFO,
+            STRAGGLER_RANK, SLOWEST_RATIO)
 PREFIX = "dpjob_trainer_"
 
 
@@ -47,6 +50,8 @@ class ProgressReport:
     global_samples: float | None = None
     checkpoint_step: int | None = None
     checkpoint_time: float | None = None
+    straggler_rank: int | None = None   # a rank consistently slower than the others (trainer's verdict)
+    slowest_ratio: float | None = None  # the slowest rank's own step time over the median
 
 
 @dataclass(frozen=True)
@@ -115,6 +120,8 @@ def report_from_samples(values: Mapping[str, float], restart: int, observed_at: 
         global_samples=_finite(values.get(GLOBAL_SAMPLES)),
         checkpoint_step=_count(values.get(CHECKPOINT_STEP)),
         checkpoint_time=_timestamp(values.get(CHECKPOINT_TIME)),
+        straggler_rank=_count(values.get(STRAGGLER_RANK)),  # -1 (none) is not a count: None
+        slowest_ratio=_finite(values.get(SLOWEST_RATIO)),
     )
 
 

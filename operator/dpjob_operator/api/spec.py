@@ -55,6 +55,9 @@ class RunPolicy:
     # ... or no first step this long after all ranks started running (None: off) ...
     startup_timeout_seconds: int | None = None
     stall_policy: str = "Restart"   # ... then: Restart (a gang restart) | Fail | None (condition and event only)
+    # A rank this many times slower than the median is a straggler (the trainer's --straggler-factor); None:
+    # the trainer's default.
+    straggler_factor: float | None = None
 
 
 @dataclass(frozen=True)
@@ -190,6 +193,7 @@ def _run_policy(rp: Mapping[str, Any]) -> RunPolicy:
         stall_timeout_seconds=_optional_int(rp.get("stallTimeoutSeconds")),
         startup_timeout_seconds=_optional_int(rp.get("startupTimeoutSeconds")),
         stall_policy=stall_policy,
+        straggler_factor=None if rp.get("stragglerFactor") is None else float(rp["stragglerFactor"]),
     )
 
 

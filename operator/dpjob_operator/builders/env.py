@@ -68,7 +68,8 @@ def _dpjob_env(job: Job, index: int, restart: int, pool: PoolConfig, master: str
         # torchrun's agent writes the first failed worker's error there: the termination message.
         ("TORCHELASTIC_ERROR_FILE", TERMINATION_LOG),
         ("DPJOB_METRICS_PORT", str(metrics_port(job))),
-    ]
+    ] + ([("DPJOB_STRAGGLER_FACTOR", f"{spec.run_policy.straggler_factor:g}")]
+         if spec.run_policy.straggler_factor is not None else [])
 
 
 def _launcher_env(job: Job, index: int, master: str) -> list[tuple[str, str]]:

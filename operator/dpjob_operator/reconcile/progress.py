@@ -21,6 +21,7 @@ from typing import Any
 from dpjob_operator.api.progress import PROGRESS_SECONDS, ProgressReport, ProgressView
 from dpjob_operator.api.timestamps import iso, parse_iso
 from dpjob_operator.reconcile import reasons as r
+from dpjob_operator.reconcile.actions import Event
 from dpjob_operator.reconcile.context import PassContext
 
 RATE_FIELDS = ("stepsPerSecond", "samplesPerSecond")
@@ -39,6 +40,17 @@ def apply_progress(ctx: PassContext, view: ProgressView | None) -> None:
         new.pop("remaining", None)
     if _due(ctx, old, new):
         ctx.status["progress"] = new
+        _announce_straggler(ctx, old, new)
+
+
+def _announce_straggler(ctx: PassContext, old: dict[str, Any], new: dict[str, Any]) -> None:
+    """One Warning event when a straggler appears or another rank becomes it."""
+    slow = new.get("slowestRank")
+    if slow is None or (old.get("slowestRank") or {}).get("rank") == slow["rank"]:
+        return
+    ctx.events.append(Event("Warning", r.STRAGGLER,
+                            f"rank {slow['rank']} is a straggler: its own step time is {slow['ratio']}x the "
+                            f"median of the ranks' (its node or device is slower; the gang runs at its pace)"))
 
 
 def _due(ctx: PassContext, old: dict[str, Any], new: dict[str, Any]) -> bool:
@@ -72,6 +84,8 @@ def progress_status(rep: ProgressReport, base: ProgressReport | None, old: dict[
         out["checkpointStep"] = rep.checkpoint_step
     if rep.checkpoint_time is not None:
         out["checkpointTime"] = _time(rep.checkpoint_time)
+    if rep.straggler_rank is not None:
+        out["slowestRank"] = {"rank": rep.straggler_rank, "ratio": float(f"{rep.slowest_ratio or 0:.3g}")}
     return out
 
 

@@ -53,6 +53,7 @@ SERVICE_NAME_CONFLICT = "ServiceNameConflict"      # a Service of the job's name
 CONFIGMAP_NAME_CONFLICT = "ConfigMapNameConflict"  # a rank-table ConfigMap name taken by someone else
 IMAGE_PULL_ERROR = "ImagePullError"              # Waiting: a rank's image cannot be pulled
 CONTAINER_CONFIG_ERROR = "ContainerConfigError"  # Waiting: a rank's container cannot be created
+STRAGGLER = "Straggler"                          # status.progress.slowestRank appeared or changed
 STARTING = "Starting"                            # Waiting: ranks are being created or started
 RANK_TABLE_WRITE_FAILED = "RankTableWriteFailed"  # the API server refused to store a completed table
 SPEC_FIXED = "SpecFixed"
