@@ -27,7 +27,9 @@ def test_stall_fields_get_their_default_and_bad_values_are_refused_naming_the_fi
     assert "startupTimeoutSeconds" not in policy, "the startup clock is opt-in"
     for bad, field in [({"stallTimeoutSeconds": 10}, "spec.runPolicy.stallTimeoutSeconds"),
                        ({"startupTimeoutSeconds": 0}, "spec.runPolicy.startupTimeoutSeconds"),
-                       ({"stallPolicy": "Sometimes"}, "spec.runPolicy.stallPolicy")]:
+                       ({"stallPolicy": "Sometimes"}, "spec.runPolicy.stallPolicy"),
+                       ({"stragglerFactor": 1.0}, "spec.runPolicy.stragglerFactor"),
+                       ({"stragglerFactor": 1000}, "spec.runPolicy.stragglerFactor")]:
         out = kubectl("apply", "-n", namespace, "-f", "-", check=False,
                       stdin=json.dumps(JobBuilder("bad").run_policy(**bad).obj()))
         assert out.returncode != 0 and field in out.stderr, (bad, out.stderr)
