@@ -37,6 +37,9 @@ class OperatorConfig:
     # auto: one PodGroup per gang when the API server serves scheduling.k8s.io/v1alpha2
     # (Kubernetes >= 1.35 with GenericWorkload and GangScheduling); disabled: never.
     gang_scheduling: str = "auto"
+    # A pod this long past its deletion deadline is stuck Terminating (reconcile/stuck.py); on a
+    # NotReady node it is then force-deleted, as the pod GC controller does for a node that is down.
+    stuck_terminating_seconds: float = 120.0
     leader_election: LeaderElectionConfig = field(default_factory=LeaderElectionConfig)
 
 
@@ -88,6 +91,7 @@ def load_config(path: str | None = None, environ: Mapping[str, str] | None = Non
             cluster_domain=raw.get("clusterDomain", cfg.cluster_domain),
             log_level=raw.get("logLevel", cfg.log_level),
             gang_scheduling=str(raw.get("gangScheduling", cfg.gang_scheduling)),
+            stuck_terminating_seconds=float(raw.get("stuckTerminatingSeconds", cfg.stuck_terminating_seconds)),
         )
     overrides: dict[str, Any] = {}
     for key, attr, conv in (("DPJOB_API_QPS", "api_qps", float), ("DPJOB_API_BURST", "api_burst", int),
@@ -95,7 +99,8 @@ def load_config(path: str | None = None, environ: Mapping[str, str] | None = Non
                             ("DPJOB_WORKERS", "workers", int), ("DPJOB_RESYNC_SECONDS", "resync_seconds", float),
                             ("DPJOB_METRICS_PORT", "metrics_port", int), ("DPJOB_HEALTH_PORT", "health_port", int),
                             ("DPJOB_LOG_LEVEL", "log_level", str),
-                            ("DPJOB_GANG_SCHEDULING", "gang_scheduling", str)):
+                            ("DPJOB_GANG_SCHEDULING", "gang_scheduling", str),
+                            ("DPJOB_STUCK_TERMINATING_SECONDS", "stuck_terminating_seconds", float)):
         if env.get(key):
             overrides[attr] = conv(env[key])
     if env.get("DPJOB_NAMESPACES"):

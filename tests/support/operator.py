@@ -58,7 +58,8 @@ class OperatorProcess:
     def start(self) -> None:
         env = {**os.environ, "KUBECONFIG": str(self.kubeconfig), "PYTHONUNBUFFERED": "1",
                "DPJOB_METRICS_PORT": str(self.metrics_port), "DPJOB_HEALTH_PORT": str(self.health_port),
-               "DPJOB_RESYNC_SECONDS": "5", "PYTHONPATH": _source_pythonpath(), **self._election_env(),
+               "DPJOB_RESYNC_SECONDS": "5", "DPJOB_STUCK_TERMINATING_SECONDS": "5",
+               "PYTHONPATH": _source_pythonpath(), **self._election_env(),
                **self.extra_env}
         with open(self.log_path, "ab") as logf:  # the child keeps its own descriptor
             self.proc = subprocess.Popen([sys.executable, "-m", "dpjob_operator"], env=env, stdout=logf,

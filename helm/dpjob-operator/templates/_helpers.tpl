@@ -125,6 +125,7 @@ and kopf use). Shared by the ClusterRole and the per-namespace Roles.
   "clusterDomain" .Values.clusterDomain
   "logLevel" .Values.logLevel
   "gangScheduling" .Values.gangScheduling
+  "stuckTerminatingSeconds" .Values.stuckTerminatingSeconds
   "leaderElection" (dict "enabled" .Values.leaderElection.enabled "leaseName" (include "dpjob-operator.leaseName" .)) }}
 {{- toPrettyJson $cfg }}
 {{- end }}

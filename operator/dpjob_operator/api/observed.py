@@ -46,6 +46,8 @@ class PodObservation:
     # Why a container of a not-yet-running pod waits (kubelet's state.waiting: ErrImagePull,
     # CreateContainerConfigError, ...) as "reason: message", init containers first; None otherwise.
     waiting: str | None = None
+    # metadata.deletionTimestamp: when the kubelet's grace period ends (RFC 3339); None unless deleting.
+    deletion_timestamp: str | None = None
 
     @property
     def active(self) -> bool:
@@ -131,6 +133,7 @@ def observe_pod(pod: Mapping[str, Any]) -> PodObservation | None:
         phase=status.get("phase") or "Pending",
         ready=ready,
         deleting=bool(meta.get("deletionTimestamp")),
+        deletion_timestamp=meta.get("deletionTimestamp"),
         node=(pod.get("spec") or {}).get("nodeName"),
         pod_ip=status.get("podIP"),
         host_ip=status.get("hostIP"),
@@ -157,6 +160,19 @@ class GangObservation:
     # The scheduler's PodGroupScheduled condition on the current generation's PodGroup, or None
     # while it has not judged it (or nobody looked, because every rank is already bound).
     scheduled: Mapping[str, Any] | None = None
+
+
+# What the operator knows of a node holding a rank stuck Terminating (k8s/nodes.py).
+NODE_READY, NODE_NOT_READY, NODE_GONE, NODE_UNKNOWN = "Ready", "NotReady", "Gone", "Unknown"
+
+
+@dataclass(frozen=True)
+class NodeView:
+    """Nodes of the pods stuck Terminating (health by node name) and when a pod counts as stuck:
+    ``stuck_after`` seconds past its deletion deadline."""
+
+    stuck_after: float
+    health: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

@@ -206,7 +206,8 @@ class Executor:
 
     async def _delete_pods(self, job: Job, action: DeletePods, _restart: int) -> None:
         # A pod that would not go is retried on the next pass (it is still observed, still stale).
-        results = await self.blocking.bounded([functools.partial(self.kube.delete_pod, job.namespace, name)
+        grace = 0 if action.force else None  # force: the node is down and will never confirm
+        results = await self.blocking.bounded([functools.partial(self.kube.delete_pod, job.namespace, name, grace)
                                                for name in action.names])
         failures = [r for r in results if isinstance(r, BaseException)]
         metrics.PODS_DELETED.labels(action.reason).inc(sum(1 for r in results if r is True))

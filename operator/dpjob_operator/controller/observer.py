@@ -11,15 +11,20 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
 
-from dpjob_operator.api.observed import GangObservation, PodObservation, RankTableOutcome
+from dpjob_operator.api.observed import GangObservation, NodeView, PodObservation, RankTableOutcome
 from dpjob_operator.api.progress import ProgressView
 from dpjob_operator.api.spec import Job
+from dpjob_operator.api.timestamps import parse_iso
 from dpjob_operator.builders.configmaps import build_job_rank_tables
 from dpjob_operator.builders.env import metrics_port
 from dpjob_operator.builders.ranktable import RankTableError
+from dpjob_operator.controller.blocking import Blocking
 from dpjob_operator.controller.gangs import Gangs
 from dpjob_operator.controller.progress import ProgressReader, Target
+from dpjob_operator.k8s.client import KubeClient
+from dpjob_operator.k8s.nodes import node_health
 from dpjob_operator.k8s.podcache import PodCache
 
 
@@ -30,6 +35,7 @@ class Observation:
     gang: GangObservation | None          # None: ranks are scheduled one by one
     awaiting_verdict: bool = False        # a PodGroup the scheduler has not judged yet
     progress: ProgressView | None = None  # None: rank 0 is not being read (the job is not Running)
+    nodes: NodeView | None = None         # the nodes of rank pods stuck Terminating (usually none)
 
 
 def rank_table_outcome(job: Job, gen: int, pods: Sequence[PodObservation]) -> RankTableOutcome | None:
@@ -55,18 +61,36 @@ def progress_target(job: Job, gen: int, phase: str | None, pods: Sequence[PodObs
     return Target((job.namespace, job.name), job.name, gen, rank0.pod_ip, metrics_port(job))
 
 
+def stuck_nodes(pods: Sequence[PodObservation], now: datetime, stuck_after: float) -> set[str]:
+    """Nodes of the pods past their deletion deadline by ``stuck_after``: the only nodes ever read."""
+    out = set()
+    for p in pods:
+        deadline = parse_iso(p.deletion_timestamp) if p.deleting else None
+        if deadline is not None and p.node and (now - deadline).total_seconds() >= stuck_after:
+            out.add(p.node)
+    return out
+
+
 class Observer:
-    def __init__(self, pods: PodCache, gangs: Gangs, progress: ProgressReader) -> None:
+    def __init__(self, pods: PodCache, gangs: Gangs, progress: ProgressReader, kube: KubeClient,
+                 blocking: Blocking, stuck_after: float) -> None:
         self.pods = pods
         self.gangs = gangs
         self.progress = progress
+        self.kube, self.blocking, self.stuck_after = kube, blocking, stuck_after
+
+    async def _nodes(self, pods: Sequence[PodObservation]) -> NodeView:
+        names = stuck_nodes(pods, datetime.now(UTC), self.stuck_after)
+        health = {name: await self.blocking.run(node_health, self.kube, name) for name in sorted(names)}
+        return NodeView(self.stuck_after, health)
 
     async def observe(self, job: Job, gen: int, phase: str | None = None) -> Observation:
         """What the cluster holds for generation ``gen`` (the job's ``status.restarts``) in ``phase``."""
         pods = self.pods.pods_for(job.namespace, job.name)
         outcome = rank_table_outcome(job, gen, pods)
         progress = self.progress.watch(job.uid, progress_target(job, gen, phase, pods))
+        nodes = await self._nodes(pods)
         if not self.gangs.enabled_for(job):
-            return Observation(pods, outcome, None, progress=progress)
+            return Observation(pods, outcome, None, progress=progress, nodes=nodes)
         gang, awaiting = await self.gangs.observe(job, gen, pods)
-        return Observation(pods, outcome, gang, awaiting, progress)
+        return Observation(pods, outcome, gang, awaiting, progress, nodes)

@@ -72,7 +72,8 @@ class Controller:
         self.gangs = Gangs(kube, self.blocking)
         self.timings = Timings()
         self.progress = ProgressReader(self.enqueue)  # called on the loop: a new step enqueues the job
-        self.observer = Observer(self.pods, self.gangs, self.progress)
+        self.observer = Observer(self.pods, self.gangs, self.progress, kube, self.blocking,
+                                 cfg.stuck_terminating_seconds)
         self.executor = Executor(cfg, kube, self.blocking, self.gangs, self.timings)
         self._spec_errors: dict[JobKey, str] = {}  # the InvalidSpec message last reported
         self.sweeper = JobSweeper(kube, self.blocking, self.jobs, self._forget, cfg.namespaces)
@@ -230,7 +231,7 @@ class Controller:
         if table is not None:
             table = dataclasses.replace(table, write_error=self.executor.rank_table_write_error(job.uid))
         plan = plan_job(job, status, seen.pods, now, self.cfg.pools.get(job.spec.accelerator), table,
-                        seen.gang, seen.progress)
+                        seen.gang, seen.progress, seen.nodes)
         if plan.status != status:
             await self._write_status(key, body, plan.status)
         await self._post_events(body, plan.events)  # the status now says what they announce

@@ -22,6 +22,7 @@ class CreatePods:
 class DeletePods:
     names: tuple[str, ...]
     reason: str
+    force: bool = False  # grace period 0: for pods stuck on a node that is down (reconcile/stuck.py)
 
 
 @dataclass(frozen=True)

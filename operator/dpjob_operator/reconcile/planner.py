@@ -17,7 +17,7 @@ from datetime import datetime
 from typing import Any
 
 from dpjob_operator.api.labels import pod_selector
-from dpjob_operator.api.observed import GangObservation, PodObservation, RankTableOutcome
+from dpjob_operator.api.observed import GangObservation, NodeView, PodObservation, RankTableOutcome
 from dpjob_operator.api.pools import PoolConfig
 from dpjob_operator.api.progress import ProgressView
 from dpjob_operator.api.spec import Job
@@ -33,6 +33,7 @@ from dpjob_operator.reconcile.pool import pool_missing
 from dpjob_operator.reconcile.progress import apply_progress
 from dpjob_operator.reconcile.refusals import recover_fixed_spec
 from dpjob_operator.reconcile.stall import apply_stall, settle_stall
+from dpjob_operator.reconcile.stuck import report_stuck
 from dpjob_operator.reconcile.success import apply_success
 from dpjob_operator.reconcile.suspend import apply_suspend
 from dpjob_operator.reconcile.waiting import report_waiting
@@ -40,11 +41,13 @@ from dpjob_operator.reconcile.waiting import report_waiting
 
 def plan_job(job: Job, status: Mapping[str, Any], pods: Sequence[PodObservation], now: datetime,
              pool: PoolConfig | None, rank_table: RankTableOutcome | None = None,
-             gang: GangObservation | None = None, progress: ProgressView | None = None) -> Plan:
+             gang: GangObservation | None = None, progress: ProgressView | None = None,
+             nodes: NodeView | None = None) -> Plan:
     """Decide what to do for ``job`` now. See the module docstring for the invariants.
 
     ``gang`` is None when the ranks are scheduled one by one (the cluster has no gang API, the
     operator or the job disabled it). ``progress``: what rank 0 last reported (None: not read).
+    ``nodes``: the health of the nodes of pods stuck Terminating (None: not looked at).
     """
     fixed = recover_fixed_spec(status)
     ctx = PassContext(job, status if fixed is None else fixed, now, gang)
@@ -64,6 +67,7 @@ def plan_job(job: Job, status: Mapping[str, Any], pods: Sequence[PodObservation]
         pass
     else:
         converge(ctx, current, pods, rank_table, foreign)
+    report_stuck(ctx, ours, nodes)
     if phase not in r.TERMINAL:
         settle_stall(ctx)
         report_waiting(ctx, current)

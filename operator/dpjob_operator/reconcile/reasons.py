@@ -22,6 +22,7 @@ PODS_SCHEDULED = "PodsScheduled"
 RANK_TABLE_READY = "RankTableReady"
 STALLED = "Stalled"   # also the reason of a stall (no step for runPolicy.stallTimeoutSeconds)
 WAITING = "Waiting"   # why the job is not running (reconcile/waiting.py)
+STUCK_TERMINATING = "StuckTerminating"  # a rank pod past its deletion deadline (reconcile/stuck.py)
 
 # Reasons
 ACCEPTED = "Accepted"
@@ -53,6 +54,9 @@ SERVICE_NAME_CONFLICT = "ServiceNameConflict"      # a Service of the job's name
 CONFIGMAP_NAME_CONFLICT = "ConfigMapNameConflict"  # a rank-table ConfigMap name taken by someone else
 IMAGE_PULL_ERROR = "ImagePullError"              # Waiting: a rank's image cannot be pulled
 CONTAINER_CONFIG_ERROR = "ContainerConfigError"  # Waiting: a rank's container cannot be created
+NODE_NOT_READY = "NodeNotReady"                  # StuckTerminating: on a node that is down: forced
+POD_STUCK_TERMINATING = "PodStuckTerminating"    # StuckTerminating: the node is Ready or unknown: reported
+CLEARED = "Cleared"                              # StuckTerminating=False
 STRAGGLER = "Straggler"                          # status.progress.slowestRank appeared or changed
 STARTING = "Starting"                            # Waiting: ranks are being created or started
 RANK_TABLE_WRITE_FAILED = "RankTableWriteFailed"  # the API server refused to store a completed table
