@@ -168,11 +168,14 @@ NODE_READY, NODE_NOT_READY, NODE_GONE, NODE_UNKNOWN = "Ready", "NotReady", "Gone
 
 @dataclass(frozen=True)
 class NodeView:
-    """Nodes of the pods stuck Terminating (health by node name) and when a pod counts as stuck:
-    ``stuck_after`` seconds past its deletion deadline."""
+    """The nodes the planner may need to judge: those of pods stuck Terminating (and when a pod
+    counts as stuck: ``stuck_after`` seconds past its deletion deadline) and those of failed ranks
+    (a restarted gang avoids a node that is down or tainted by a health tool)."""
 
     stuck_after: float
     health: Mapping[str, str] = field(default_factory=dict)
+    # Per node: the NoSchedule/NoExecute taints the job's pods do not tolerate (a health tool's).
+    taints: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

@@ -76,6 +76,19 @@ def _add_same_domain_affinity(pod_spec: dict[str, Any], job: Job, restart: int, 
         required.append(term)
 
 
+def _avoid_nodes(pod_spec: dict[str, Any], nodes: tuple[str, ...]) -> None:
+    """``kubernetes.io/hostname NotIn nodes``, ANDed into every required node-selector term (the
+    terms are ORed, so one term without it would let the pod back onto an avoided node)."""
+    expression = {"key": "kubernetes.io/hostname", "operator": "NotIn", "values": list(nodes)}
+    node_affinity = pod_spec.setdefault("affinity", {}).setdefault("nodeAffinity", {})
+    required = node_affinity.setdefault("requiredDuringSchedulingIgnoredDuringExecution", {})
+    terms = required.setdefault("nodeSelectorTerms", [])
+    if not terms:
+        terms.append({})
+    for term in terms:
+        term.setdefault("matchExpressions", []).append(dict(expression))
+
+
 def _place(pod_spec: dict[str, Any], job: Job, index: int, restart: int, pool: PoolConfig,
            pod_group: str | None) -> None:
     """Where the pod runs: its stable DNS name, its gang, its topology domain and its node pool."""
@@ -143,8 +156,10 @@ def _inject(container: dict[str, Any], job: Job, pool: PoolConfig, env: list[tup
 
 
 def build_rank_pod(job: Job, index: int, restart: int, pool: PoolConfig,
-                   cluster_domain: str = "cluster.local", pod_group: str | None = None) -> dict[str, Any]:
-    """Rank pod ``index`` of gang generation ``restart``; in PodGroup ``pod_group`` when gang-scheduled."""
+                   cluster_domain: str = "cluster.local", pod_group: str | None = None,
+                   avoid_nodes: tuple[str, ...] = ()) -> dict[str, Any]:
+    """Rank pod ``index`` of gang generation ``restart``; in PodGroup ``pod_group`` when gang-scheduled;
+    never on ``avoid_nodes`` (the nodes a failed rank left bad: reconcile/placement.py)."""
     spec = job.spec
     template = copy.deepcopy(dict(spec.template))
     tmeta = template.get("metadata") or {}
@@ -153,6 +168,8 @@ def build_rank_pod(job: Job, index: int, restart: int, pool: PoolConfig,
     annotations = {**(tmeta.get("annotations") or {}), c.ANNOTATION_REPLICAS: str(spec.replicas),
                    c.ANNOTATION_WORLD_SIZE: str(spec.world_size)}
     _place(pod_spec, job, index, restart, pool, pod_group)
+    if avoid_nodes:
+        _avoid_nodes(pod_spec, avoid_nodes)
 
     env = build_rank_env(job, index, restart, pool, cluster_domain)
     table_volumes, mounts = _rank_table_volumes(job)

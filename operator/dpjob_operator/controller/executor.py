@@ -239,8 +239,8 @@ class Executor:
     async def _create_pods(self, job: Job, action: CreatePods, _restart: int) -> None:
         """Create the missing ranks in parallel; a failure raises ``PodCreationFailed`` after all were tried."""
         pool = self.cfg.pools[job.spec.accelerator]
-        pods = [build_rank_pod(job, i, action.restart, pool, self.cfg.cluster_domain, action.pod_group)
-                for i in action.indexes]
+        pods = [build_rank_pod(job, i, action.restart, pool, self.cfg.cluster_domain, action.pod_group,
+                               action.avoid_nodes) for i in action.indexes]
         self.timings.gang_started(job.uid, action.restart)
         results = await self.blocking.bounded([functools.partial(self.kube.create_pod, pod) for pod in pods])
         metrics.PODS_CREATED.inc(sum(1 for r in results if r is True))

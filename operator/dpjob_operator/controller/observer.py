@@ -17,14 +17,17 @@ from dpjob_operator.api.observed import GangObservation, NodeView, PodObservatio
 from dpjob_operator.api.progress import ProgressView
 from dpjob_operator.api.spec import Job
 from dpjob_operator.api.timestamps import parse_iso
+from dpjob_operator.api.tolerations import untolerated
 from dpjob_operator.builders.configmaps import build_job_rank_tables
 from dpjob_operator.builders.env import metrics_port
+from dpjob_operator.builders.pods import build_rank_pod
 from dpjob_operator.builders.ranktable import RankTableError
+from dpjob_operator.config import OperatorConfig
 from dpjob_operator.controller.blocking import Blocking
 from dpjob_operator.controller.gangs import Gangs
 from dpjob_operator.controller.progress import ProgressReader, Target
 from dpjob_operator.k8s.client import KubeClient
-from dpjob_operator.k8s.nodes import node_health
+from dpjob_operator.k8s.nodes import node_state
 from dpjob_operator.k8s.podcache import PodCache
 
 
@@ -61,35 +64,46 @@ def progress_target(job: Job, gen: int, phase: str | None, pods: Sequence[PodObs
     return Target((job.namespace, job.name), job.name, gen, rank0.pod_ip, metrics_port(job))
 
 
-def stuck_nodes(pods: Sequence[PodObservation], now: datetime, stuck_after: float) -> set[str]:
-    """Nodes of the pods past their deletion deadline by ``stuck_after``: the only nodes ever read."""
+def nodes_to_judge(pods: Sequence[PodObservation], gen: int, now: datetime, stuck_after: float) -> set[str]:
+    """The only nodes ever read: those of pods past their deletion deadline by ``stuck_after``, and
+    those of failed ranks of the current gang (a restart may have to avoid them). Usually none."""
     out = set()
     for p in pods:
         deadline = parse_iso(p.deletion_timestamp) if p.deleting else None
         if deadline is not None and p.node and (now - deadline).total_seconds() >= stuck_after:
+            out.add(p.node)
+        if p.node and p.restart == gen and not p.deleting and (p.phase == "Failed" or p.disrupted):
             out.add(p.node)
     return out
 
 
 class Observer:
     def __init__(self, pods: PodCache, gangs: Gangs, progress: ProgressReader, kube: KubeClient,
-                 blocking: Blocking, stuck_after: float) -> None:
+                 blocking: Blocking, cfg: OperatorConfig) -> None:
         self.pods = pods
         self.gangs = gangs
         self.progress = progress
-        self.kube, self.blocking, self.stuck_after = kube, blocking, stuck_after
+        self.kube, self.blocking, self.cfg = kube, blocking, cfg
 
-    async def _nodes(self, pods: Sequence[PodObservation]) -> NodeView:
-        names = stuck_nodes(pods, datetime.now(UTC), self.stuck_after)
-        health = {name: await self.blocking.run(node_health, self.kube, name) for name in sorted(names)}
-        return NodeView(self.stuck_after, health)
+    async def _nodes(self, job: Job, gen: int, pods: Sequence[PodObservation]) -> NodeView:
+        stuck_after = self.cfg.stuck_terminating_seconds
+        names = nodes_to_judge(pods, gen, datetime.now(UTC), stuck_after)
+        if not names:
+            return NodeView(stuck_after)
+        pool = self.cfg.pools.get(job.spec.accelerator)
+        tolerations = build_rank_pod(job, 0, gen, pool)["spec"].get("tolerations") or [] if pool else []
+        health, taints = {}, {}
+        for name in sorted(names):
+            health[name], node_taints = await self.blocking.run(node_state, self.kube, name)
+            taints[name] = tuple(untolerated(node_taints, tolerations))
+        return NodeView(stuck_after, health, taints)
 
     async def observe(self, job: Job, gen: int, phase: str | None = None) -> Observation:
         """What the cluster holds for generation ``gen`` (the job's ``status.restarts``) in ``phase``."""
         pods = self.pods.pods_for(job.namespace, job.name)
         outcome = rank_table_outcome(job, gen, pods)
         progress = self.progress.watch(job.uid, progress_target(job, gen, phase, pods))
-        nodes = await self._nodes(pods)
+        nodes = await self._nodes(job, gen, pods)
         if not self.gangs.enabled_for(job):
             return Observation(pods, outcome, None, progress=progress, nodes=nodes)
         gang, awaiting = await self.gangs.observe(job, gen, pods)

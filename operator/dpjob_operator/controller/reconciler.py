@@ -72,8 +72,7 @@ class Controller:
         self.gangs = Gangs(kube, self.blocking)
         self.timings = Timings()
         self.progress = ProgressReader(self.enqueue)  # called on the loop: a new step enqueues the job
-        self.observer = Observer(self.pods, self.gangs, self.progress, kube, self.blocking,
-                                 cfg.stuck_terminating_seconds)
+        self.observer = Observer(self.pods, self.gangs, self.progress, kube, self.blocking, cfg)
         self.executor = Executor(cfg, kube, self.blocking, self.gangs, self.timings)
         self._spec_errors: dict[JobKey, str] = {}  # the InvalidSpec message last reported
         self.sweeper = JobSweeper(kube, self.blocking, self.jobs, self._forget, cfg.namespaces)

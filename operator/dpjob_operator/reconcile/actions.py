@@ -16,6 +16,7 @@ class CreatePods:
     indexes: tuple[int, ...]
     restart: int
     pod_group: str | None = None   # the gang's PodGroup, when gang-scheduled
+    avoid_nodes: tuple[str, ...] = ()  # nodes this generation must not use (reconcile/placement.py)
 
 
 @dataclass(frozen=True)

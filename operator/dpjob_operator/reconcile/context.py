@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from dpjob_operator.api.observed import GangObservation, PodObservation
+from dpjob_operator.api.observed import GangObservation, NodeView, PodObservation
 from dpjob_operator.api.spec import Job
 from dpjob_operator.api.timestamps import iso
 from dpjob_operator.reconcile.actions import Action, Event, Plan, ReleaseGang
@@ -23,7 +23,7 @@ class PassContext:
     """Mutable state of one planning pass: the job, the status being built, actions, events."""
 
     def __init__(self, job: Job, status: Mapping[str, Any], now: datetime,
-                 gang: GangObservation | None = None) -> None:
+                 gang: GangObservation | None = None, nodes: NodeView | None = None) -> None:
         self.job = job
         self.old = dict(status)
         self.status: dict[str, Any] = copy.deepcopy(dict(status))
@@ -32,6 +32,7 @@ class PassContext:
         self.actions: list[Action] = []
         self.events: list[Event] = []
         self.gang = gang
+        self.nodes = nodes  # what is known of the nodes of stuck pods and failed ranks
         self.wake_after: float | None = None
 
     @property

@@ -10,6 +10,7 @@ from dpjob_operator.reconcile import reasons as r
 from dpjob_operator.reconcile.actions import CreatePods, DeletePods, EnsureService
 from dpjob_operator.reconcile.claims import report_blocked
 from dpjob_operator.reconcile.context import PassContext
+from dpjob_operator.reconcile.placement import avoided_nodes
 from dpjob_operator.reconcile.ranktable_status import report_rank_table
 from dpjob_operator.reconcile.scheduling import ensure_gang, gang_of_generation, report_scheduling
 
@@ -29,7 +30,7 @@ def converge(ctx: PassContext, current: Sequence[PodObservation], all_pods: Sequ
     group = gang_of_generation(ctx, current)
     ensure_gang(ctx, group)
     if missing:
-        ctx.actions.append(CreatePods(missing, ctx.generation, group))
+        ctx.actions.append(CreatePods(missing, ctx.generation, group, avoided_nodes(ctx.status, ctx.generation)))
     extra = [p.name for p in current if p.index >= spec.replicas and not p.deleting]
     if extra:  # elastic scale-down: the highest ranks leave, torchrun re-forms the group
         ctx.actions.append(DeletePods(tuple(extra), r.SCALED_DOWN))

@@ -18,6 +18,7 @@ from dpjob_operator.reconcile import reasons as r
 from dpjob_operator.reconcile.actions import DeletePods, Event
 from dpjob_operator.reconcile.cleanup import finish
 from dpjob_operator.reconcile.context import PassContext
+from dpjob_operator.reconcile.placement import plan_avoidance
 from dpjob_operator.reconcile.restart import decide_failure, describe_failure
 from dpjob_operator.reconcile.rootcause import root_cause
 
@@ -86,7 +87,9 @@ def on_failure(ctx: PassContext, current: Sequence[PodObservation], pod: PodObse
     # The same text as status, where `kubectl describe` and event exporters look.
     ctx.events.append(Event("Warning", r.RANK_FAILED, describe_failure(pod) + (f": {cause}" if cause else "")))
     if decision.restart:
-        restart_gang(ctx, current, decision.reason, decision.counted, decision.message)
+        avoid = plan_avoidance(ctx, pod, ctx.generation + 1)
+        message = decision.message + (f"; the next gang avoids it ({avoid})" if avoid else "")
+        restart_gang(ctx, current, decision.reason, decision.counted, message)
     else:
         fail_job(ctx, current, decision.reason, decision.message)
 

@@ -50,7 +50,7 @@ def plan_job(job: Job, status: Mapping[str, Any], pods: Sequence[PodObservation]
     ``nodes``: the health of the nodes of pods stuck Terminating (None: not looked at).
     """
     fixed = recover_fixed_spec(status)
-    ctx = PassContext(job, status if fixed is None else fixed, now, gang)
+    ctx = PassContext(job, status if fixed is None else fixed, now, gang, nodes)
     if fixed is not None:
         ctx.events.append(Event("Normal", r.SPEC_FIXED, "the spec is valid now: starting the job"))
     ours, foreign = claimed(job.uid, pods)
