@@ -21,6 +21,7 @@ def test_every_dashboard_query_returns_data_from_real_prometheus(tmp_path):
 
     from dpjob_operator import metrics as om
     from dpjob_trainer.metrics import TrainerMetrics
+    from dpjob_trainer.stragglers import StepTimes
 
     # The operator's metric objects, exercised the way the controller and client do. Served from a
     # private registry (the global one minus any dpjob_jobs collector another test's controller
@@ -67,6 +68,9 @@ def test_every_dashboard_query_returns_data_from_real_prometheus(tmp_path):
                 m.observe_step(duration=0.05 + 0.01 * rank, samples=32, data_wait=0.005, comm_exposed=0.01,
                                loss=2.0 / step, learning_rate=0.1, grad_norm=1.0, epoch=0, timestamp=time.time(),
                                step=step, global_samples=64)
+            # Rank 0 of a two-rank job also serves the straggler gauges (trainer stragglers.py).
+            trainers[0].set_step_times(StepTimes(slowest_rank=1, slowest_seconds=0.06, median_seconds=0.055,
+                                                 straggler=None))
             stop.wait(0.2)
 
     driver = threading.Thread(target=drive, daemon=True)
