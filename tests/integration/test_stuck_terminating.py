@@ -23,6 +23,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+import urllib3
 from kubernetes import client, watch
 
 from tests.support import cluster as dpj
@@ -98,11 +99,13 @@ class ConditionLog:
 
     def _run(self, api: Any, namespace: str, resource_version: str) -> None:
         jobs = client.CustomObjectsApi(api)
-        for event in self._watch.stream(jobs.list_namespaced_custom_object, GROUP, VERSION, namespace, PLURAL,
-                                        field_selector=f"metadata.name={JOB}", resource_version=resource_version,
-                                        timeout_seconds=120):
-            conds = (event["object"].get("status") or {}).get("conditions") or []
-            self.seen.extend(c for c in conds if c.get("type") == "StuckTerminating")
+        # stop() closes the stream under the reader: the end of the watch, not an error.
+        with contextlib.suppress(urllib3.exceptions.HTTPError):
+            for event in self._watch.stream(jobs.list_namespaced_custom_object, GROUP, VERSION, namespace, PLURAL,
+                                            field_selector=f"metadata.name={JOB}",
+                                            resource_version=resource_version, timeout_seconds=120):
+                conds = (event["object"].get("status") or {}).get("conditions") or []
+                self.seen.extend(c for c in conds if c.get("type") == "StuckTerminating")
 
     def first(self, status: str, reason: str) -> dict[str, Any] | None:
         return next((c for c in list(self.seen) if (c["status"], c["reason"]) == (status, reason)), None)
