@@ -87,3 +87,16 @@ def test_only_untolerated_noschedule_and_noexecute_taints_count():
               {"key": "soft", "effect": "PreferNoSchedule"}]
     pool = [{"key": "nvidia.com/gpu", "operator": "Equal", "value": "present", "effect": "NoSchedule"}]
     assert untolerated(taints, pool) == ["gpu.health/xid-79"]
+
+
+def test_nodes_are_read_only_for_stuck_pods_and_for_failed_ranks_of_a_job_that_can_still_restart():
+    from dpjob_operator.api.timestamps import iso
+    from dpjob_operator.controller.observer import nodes_to_judge
+
+    pods = [pod(0, node="n0"), pod(1, "Failed", node="n1", exit_code=1),
+            pod(2, "Running", node="n2", deleting=True, deletion_timestamp=iso(NOW)),
+            pod(3, "Failed", node="n3", restart=7)]
+    assert nodes_to_judge(pods, 0, NOW, 120) == {"n1"}  # n2 not stuck yet, n3 of another gang
+    later = NOW.replace(minute=5)
+    assert nodes_to_judge(pods, 0, later, 120) == {"n1", "n2"}
+    assert nodes_to_judge(pods, 0, later, 120, finished=True) == {"n2"}  # a finished job: stuck pods only

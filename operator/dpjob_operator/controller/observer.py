@@ -64,15 +64,18 @@ def progress_target(job: Job, gen: int, phase: str | None, pods: Sequence[PodObs
     return Target((job.namespace, job.name), job.name, gen, rank0.pod_ip, metrics_port(job))
 
 
-def nodes_to_judge(pods: Sequence[PodObservation], gen: int, now: datetime, stuck_after: float) -> set[str]:
-    """The only nodes ever read: those of pods past their deletion deadline by ``stuck_after``, and
-    those of failed ranks of the current gang (a restart may have to avoid them). Usually none."""
+def nodes_to_judge(pods: Sequence[PodObservation], gen: int, now: datetime, stuck_after: float,
+                   finished: bool = False) -> set[str]:
+    """The only nodes ever read: those of pods past their deletion deadline by ``stuck_after``, and,
+    while the job can still restart (not ``finished``), those of failed ranks of the current gang (the
+    restart may have to avoid them). Usually none: a finished job's failed pods, kept by
+    cleanPodPolicy, must not cost a read per resync for as long as the job exists."""
     out = set()
     for p in pods:
         deadline = parse_iso(p.deletion_timestamp) if p.deleting else None
         if deadline is not None and p.node and (now - deadline).total_seconds() >= stuck_after:
             out.add(p.node)
-        if p.node and p.restart == gen and not p.deleting and (p.phase == "Failed" or p.disrupted):
+        if not finished and p.node and p.restart == gen and not p.deleting and (p.phase == "Failed" or p.disrupted):
             out.add(p.node)
     return out
 
@@ -85,9 +88,9 @@ class Observer:
         self.progress = progress
         self.kube, self.blocking, self.cfg = kube, blocking, cfg
 
-    async def _nodes(self, job: Job, gen: int, pods: Sequence[PodObservation]) -> NodeView:
+    async def _nodes(self, job: Job, gen: int, pods: Sequence[PodObservation], phase: str | None) -> NodeView:
         stuck_after = self.cfg.stuck_terminating_seconds
-        names = nodes_to_judge(pods, gen, datetime.now(UTC), stuck_after)
+        names = nodes_to_judge(pods, gen, datetime.now(UTC), stuck_after, phase in ("Succeeded", "Failed"))
         if not names:
             return NodeView(stuck_after)
         pool = self.cfg.pools.get(job.spec.accelerator)
@@ -103,7 +106,7 @@ class Observer:
         pods = self.pods.pods_for(job.namespace, job.name)
         outcome = rank_table_outcome(job, gen, pods)
         progress = self.progress.watch(job.uid, progress_target(job, gen, phase, pods))
-        nodes = await self._nodes(job, gen, pods)
+        nodes = await self._nodes(job, gen, pods, phase)
         if not self.gangs.enabled_for(job):
             return Observation(pods, outcome, None, progress=progress, nodes=nodes)
         gang, awaiting = await self.gangs.observe(job, gen, pods)
