@@ -36,7 +36,8 @@ crds: cluster-up ## install the CRDs into the local cluster
 	@.devcluster/bin/kubectl --kubeconfig $(KUBECONFIG_PATH) apply --server-side -f crds/
 
 run: crds ## run the operator against the local cluster (foreground)
-	@venv=$(VENV); KUBECONFIG=$(KUBECONFIG_PATH) "$$venv/bin/python" -m dpjob_operator
+	@venv=$(VENV); KUBECONFIG=$(KUBECONFIG_PATH) DPJOB_METRICS_BIND_ADDRESS=127.0.0.1 DPJOB_HEALTH_BIND_ADDRESS=127.0.0.1 \
+		DPJOB_METRICS_AUTH=none "$$venv/bin/python" -m dpjob_operator
 
 lint: ## ruff, import-layer contracts, mypy --strict, size limits (no cluster; `make test` runs it first)
 	@bash devcluster/lint.sh

@@ -121,7 +121,9 @@ def simulate(args: argparse.Namespace, t0: float) -> int:
     if not cluster.alive(cluster.read_pid("operator")):
         cluster.start("operator", [sys.executable, "-m", "dpjob_operator"],
                       env={"KUBECONFIG": str(cluster.KUBECONFIG), "PYTHONPATH": stack.source_pythonpath(),
-                           "DPJOB_METRICS_PORT": "18080", "DPJOB_HEALTH_PORT": "18081", "PYTHONUNBUFFERED": "1"})
+                           "DPJOB_METRICS_PORT": "18080", "DPJOB_HEALTH_PORT": "18081", "PYTHONUNBUFFERED": "1",
+                           "DPJOB_METRICS_BIND_ADDRESS": "127.0.0.1", "DPJOB_HEALTH_BIND_ADDRESS": "127.0.0.1",
+                           "DPJOB_METRICS_AUTH": "none"})
     job = yaml.safe_load(EXAMPLE.read_text())
     name = job["metadata"]["name"]
     job["spec"]["template"].setdefault("metadata", {}).setdefault("annotations", {})[

@@ -123,14 +123,17 @@ OPERATOR_RELABEL = [
 
 
 def render_cluster_config(kubeconfig: str | Path, operator_targets: Sequence[str] = (),
-                          scrape_interval: str = "1s") -> str:
+                          scrape_interval: str = "1s", token_file: str | Path | None = None) -> str:
     """Prometheus config that discovers pods through the API server (``kubernetes_sd_configs``).
 
     Trainer pods and the operator pod are found by discovery; ``operator_targets`` adds an
     operator that runs as a process (the integration tests' operator) under the same job name.
+    ``token_file`` holds the bearer token the chart's operator pod asks for (metrics.auth).
     """
     sd = [{"role": "pod", "kubeconfig_file": str(kubeconfig)}]
     operator_job: dict = {"job_name": OPERATOR_JOB, "kubernetes_sd_configs": sd, "relabel_configs": OPERATOR_RELABEL}
+    if token_file:
+        operator_job["authorization"] = {"type": "Bearer", "credentials_file": str(token_file)}
     if operator_targets:
         operator_job["static_configs"] = [{"targets": list(operator_targets)}]
     config = {

@@ -9,6 +9,7 @@ Deployment, so the cluster owns it.
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import signal
@@ -90,7 +91,30 @@ def install_operator(extra_values: dict | None = None, timeout: str = "180s") ->
                        check=False).stdout
         raise RuntimeError(f"helm install of the operator failed: {helm.stderr.strip()}\n{pods}\n{logs}")
     scale_operator(1)
+    write_metrics_token()
     return image
+
+
+# The chart's scraper identity (metrics.reader): its token lets a Prometheus on this machine read
+# the operator pod's /metrics, which answers only tokens the API server authorizes.
+METRICS_TOKEN = RUN / "operator-metrics-token"
+METRICS_READER_SECRET = f"{OPERATOR_DEPLOYMENT}-metrics-reader-token"
+
+
+def write_metrics_token(timeout: float = 60) -> None:
+    """Copy the reader's token into METRICS_TOKEN (Prometheus re-reads it at every scrape); empty
+    when the chart is not installed. The token controller fills the Secret a moment after install."""
+    RUN.mkdir(parents=True, exist_ok=True)
+    deadline = time.monotonic() + timeout
+    token = ""
+    while operator_installed():
+        out = kubectl("-n", OPERATOR_NAMESPACE, "get", "secret", METRICS_READER_SECRET,
+                      "-o", "jsonpath={.data.token}", check=False)
+        token = base64.b64decode(out.stdout).decode() if out.returncode == 0 else ""
+        if token or time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
+    METRICS_TOKEN.write_text(token)
 
 
 def operator_installed() -> bool:
@@ -179,7 +203,9 @@ def start_prometheus(port: int = 19090, operator_targets: list[str] | None = Non
     for d in (PIDS, LOGS, RUN):
         d.mkdir(parents=True, exist_ok=True)
     cfg = wd / "prometheus.yml"
-    cfg.write_text(promsupport.render_cluster_config(KUBECONFIG, operator_targets or []))
+    write_metrics_token()
+    token = METRICS_TOKEN if METRICS_TOKEN.read_text() else None
+    cfg.write_text(promsupport.render_cluster_config(KUBECONFIG, operator_targets or [], token_file=token))
     log = LOGS / f"{name}.log"
     with open(log, "ab") as f:
         popen = subprocess.Popen([promsupport.prometheus_binary(), f"--config.file={cfg}",

@@ -21,7 +21,11 @@ def main(argv: list[str] | None = None) -> int:
                         help="watch only these namespaces (repeatable); default: all")
     parser.add_argument("--no-metrics", action="store_true", help="do not serve /metrics")
     args = parser.parse_args(argv)
-    cfg = load_config(args.config)
+    try:
+        cfg = load_config(args.config)
+    except (OSError, ValueError) as exc:  # a bad file or value: one line, not a traceback
+        sys.stderr.write(f"dpjob-operator: error: configuration: {exc}\n")
+        return 2
     if args.namespace:
         from dataclasses import replace
 
@@ -45,10 +49,16 @@ def main(argv: list[str] | None = None) -> int:
         standalone=True,
         clusterwide=not cfg.namespaces,
         namespaces=cfg.namespaces,
-        liveness_endpoint=f"http://0.0.0.0:{cfg.health_port}/healthz" if cfg.health_port else None,
+        liveness_endpoint=_health_url(cfg.health_bind_address, cfg.health_port) if cfg.health_port else None,
         stop_flag=stop_flag,
     )
     return int(handlers._state.get("exit_code", 0))
+
+
+def _health_url(addr: str, port: int) -> str:
+    """kopf's liveness endpoint URL: it binds the URL's host (an IPv6 address goes in brackets)."""
+    host = f"[{addr}]" if ":" in addr else addr
+    return f"http://{host}:{port}/healthz"
 
 
 if __name__ == "__main__":

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +19,7 @@ from dpjob_operator.api.pools import DEFAULT_POOLS, PoolConfig
 from dpjob_operator.election_config import SERVICEACCOUNT_NAMESPACE, LeaderElectionConfig, leader_election_config
 
 GANG_MODES = ("auto", "disabled")
+METRICS_AUTH_MODES = ("kubernetes", "none")
 
 
 @dataclass(frozen=True)
@@ -32,6 +33,16 @@ class OperatorConfig:
     namespaces: tuple[str, ...] = ()  # empty = all namespaces
     metrics_port: int = 8080
     health_port: int = 8081
+    # Where /metrics and /healthz listen. In a pod, 0.0.0.0: the kubelet probes the pod IP and
+    # Prometheus scrapes it; an operator run as a process on a workstation binds 127.0.0.1.
+    metrics_bind_address: str = "0.0.0.0"
+    health_bind_address: str = "0.0.0.0"
+    # kubernetes: /metrics answers only a bearer token that the API server authenticates and
+    # authorizes for `get` on the non-resource URL /metrics (metrics_server.py); none: anyone.
+    metrics_auth: str = "kubernetes"
+    # A certificate and key (PEM) make /metrics HTTPS; empty: plain HTTP.
+    metrics_cert_file: str = ""
+    metrics_key_file: str = ""
     cluster_domain: str = "cluster.local"
     log_level: str = "INFO"
     # auto: one PodGroup per gang when the API server serves scheduling.k8s.io/v1alpha2
@@ -65,49 +76,59 @@ def _read_file(path: str) -> Mapping[str, Any]:
     return parsed or {}
 
 
+# The scalar knobs: (config file key, environment override, field, type). Pools, namespaces and
+# leader election have shapes of their own and are read below.
+SCALARS: tuple[tuple[str, str, str, type], ...] = (  # sizes: table
+    ("apiQPS", "DPJOB_API_QPS", "api_qps", float),
+    ("apiBurst", "DPJOB_API_BURST", "api_burst", int),
+    ("createConcurrency", "DPJOB_CREATE_CONCURRENCY", "create_concurrency", int),
+    ("workers", "DPJOB_WORKERS", "workers", int),
+    ("resyncSeconds", "DPJOB_RESYNC_SECONDS", "resync_seconds", float),
+    ("metricsPort", "DPJOB_METRICS_PORT", "metrics_port", int),
+    ("healthPort", "DPJOB_HEALTH_PORT", "health_port", int),
+    ("metricsBindAddress", "DPJOB_METRICS_BIND_ADDRESS", "metrics_bind_address", str),
+    ("healthBindAddress", "DPJOB_HEALTH_BIND_ADDRESS", "health_bind_address", str),
+    ("metricsAuth", "DPJOB_METRICS_AUTH", "metrics_auth", str),
+    ("metricsCertFile", "DPJOB_METRICS_CERT_FILE", "metrics_cert_file", str),
+    ("metricsKeyFile", "DPJOB_METRICS_KEY_FILE", "metrics_key_file", str),
+    ("clusterDomain", "DPJOB_CLUSTER_DOMAIN", "cluster_domain", str),
+    ("logLevel", "DPJOB_LOG_LEVEL", "log_level", str),
+    ("gangScheduling", "DPJOB_GANG_SCHEDULING", "gang_scheduling", str),
+    ("stuckTerminatingSeconds", "DPJOB_STUCK_TERMINATING_SECONDS", "stuck_terminating_seconds", float),
+)
+
+
 def load_config(path: str | None = None, environ: Mapping[str, str] | None = None,
                 serviceaccount_namespace: Path = SERVICEACCOUNT_NAMESPACE) -> OperatorConfig:
     """Read the config file (if any), then apply ``DPJOB_*`` environment overrides.
     ``serviceaccount_namespace`` is where a pod finds its namespace (tests point it elsewhere)."""
     env = os.environ if environ is None else environ
-    cfg = OperatorConfig()
     path = path or env.get("DPJOB_CONFIG")
     raw = _read_file(path) if path else {}
-    if path:
-        pools = dict(cfg.pools)
-        for name, pool in (raw.get("pools") or {}).items():
-            pools[name] = _pool_from_dict(pool)
-        cfg = replace(
-            cfg,
-            pools=pools,
-            api_qps=float(raw.get("apiQPS", cfg.api_qps)),
-            api_burst=int(raw.get("apiBurst", cfg.api_burst)),
-            create_concurrency=int(raw.get("createConcurrency", cfg.create_concurrency)),
-            workers=int(raw.get("workers", cfg.workers)),
-            resync_seconds=float(raw.get("resyncSeconds", cfg.resync_seconds)),
-            namespaces=tuple(raw.get("namespaces") or ()),
-            metrics_port=int(raw.get("metricsPort", cfg.metrics_port)),
-            health_port=int(raw.get("healthPort", cfg.health_port)),
-            cluster_domain=raw.get("clusterDomain", cfg.cluster_domain),
-            log_level=raw.get("logLevel", cfg.log_level),
-            gang_scheduling=str(raw.get("gangScheduling", cfg.gang_scheduling)),
-            stuck_terminating_seconds=float(raw.get("stuckTerminatingSeconds", cfg.stuck_terminating_seconds)),
-        )
-    overrides: dict[str, Any] = {}
-    for key, attr, conv in (("DPJOB_API_QPS", "api_qps", float), ("DPJOB_API_BURST", "api_burst", int),
-                            ("DPJOB_CREATE_CONCURRENCY", "create_concurrency", int),
-                            ("DPJOB_WORKERS", "workers", int), ("DPJOB_RESYNC_SECONDS", "resync_seconds", float),
-                            ("DPJOB_METRICS_PORT", "metrics_port", int), ("DPJOB_HEALTH_PORT", "health_port", int),
-                            ("DPJOB_LOG_LEVEL", "log_level", str),
-                            ("DPJOB_GANG_SCHEDULING", "gang_scheduling", str),
-                            ("DPJOB_STUCK_TERMINATING_SECONDS", "stuck_terminating_seconds", float)):
-        if env.get(key):
-            overrides[attr] = conv(env[key])
+    values: dict[str, Any] = {}
+    for key, env_key, attr, conv in SCALARS:
+        if env.get(env_key):
+            values[attr] = conv(env[env_key])
+        elif key in raw:
+            values[attr] = conv(raw[key])
+    pools = dict(DEFAULT_POOLS)
+    for name, pool in (raw.get("pools") or {}).items():
+        pools[name] = _pool_from_dict(pool)
+    values["pools"] = pools
+    values["namespaces"] = tuple(raw.get("namespaces") or ())
     if env.get("DPJOB_NAMESPACES"):
-        overrides["namespaces"] = tuple(n.strip() for n in env["DPJOB_NAMESPACES"].split(",") if n.strip())
-    overrides["leader_election"] = leader_election_config(raw.get("leaderElection") or {}, env,
-                                                          serviceaccount_namespace)
-    cfg = replace(cfg, **overrides)
+        values["namespaces"] = tuple(n.strip() for n in env["DPJOB_NAMESPACES"].split(",") if n.strip())
+    values["leader_election"] = leader_election_config(raw.get("leaderElection") or {}, env,
+                                                       serviceaccount_namespace)
+    cfg = OperatorConfig(**values)
+    _validate(cfg)
+    return cfg
+
+
+def _validate(cfg: OperatorConfig) -> None:
+    if cfg.metrics_auth not in METRICS_AUTH_MODES:
+        raise ValueError(f"metricsAuth must be one of {', '.join(METRICS_AUTH_MODES)}, got {cfg.metrics_auth!r}")
+    if bool(cfg.metrics_cert_file) != bool(cfg.metrics_key_file):
+        raise ValueError("metricsCertFile and metricsKeyFile go together: set both for HTTPS, or neither")
     if cfg.gang_scheduling not in GANG_MODES:
         raise ValueError(f"gangScheduling must be one of {', '.join(GANG_MODES)}, got {cfg.gang_scheduling!r}")
-    return cfg

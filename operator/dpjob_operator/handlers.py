@@ -18,7 +18,6 @@ import threading
 from typing import Any
 
 import kopf
-from prometheus_client import start_http_server
 
 from dpjob_operator import metrics
 from dpjob_operator.api import constants as c
@@ -27,6 +26,8 @@ from dpjob_operator.controller import Controller
 from dpjob_operator.controller.leader import LeaderElector
 from dpjob_operator.k8s.client import KubeClient, load_api_client
 from dpjob_operator.k8s.leases import LeaseClient
+from dpjob_operator.k8s.reviews import DelegatedAuthorizer
+from dpjob_operator.metrics_server import serve_metrics
 
 log = logging.getLogger("dpjob")
 _state: dict[str, Any] = {}
@@ -51,7 +52,9 @@ async def startup(settings: kopf.OperatorSettings, **_: Any) -> None:
     _state["config"] = cfg
     configure(settings, cfg)
     if cfg.metrics_port:
-        start_http_server(cfg.metrics_port, registry=metrics.REGISTRY)
+        authorize = DelegatedAuthorizer(load_api_client(4)).verdict if cfg.metrics_auth == "kubernetes" else None
+        serve_metrics(metrics.REGISTRY, cfg.metrics_port, cfg.metrics_bind_address, authorize,
+                      cfg.metrics_cert_file, cfg.metrics_key_file)
     api = load_api_client(cfg.create_concurrency + cfg.workers + 4)
     controller = Controller(cfg, KubeClient(api, cfg.api_qps, cfg.api_burst), asyncio.get_running_loop())
     await controller.start()

@@ -39,6 +39,12 @@ def dev_lease() -> tuple[str, str]:
     return stack.OPERATOR_NAMESPACE, f"{stack.OPERATOR_DEPLOYMENT}-leader"
 
 
+# An operator run as a process on this machine listens on loopback only, and its /metrics is open:
+# the chart's in-cluster default (0.0.0.0 behind API-server authorization) is tested on its own.
+LOCAL_PROCESS_ENV = {"DPJOB_METRICS_BIND_ADDRESS": "127.0.0.1", "DPJOB_HEALTH_BIND_ADDRESS": "127.0.0.1",
+                     "DPJOB_METRICS_AUTH": "none"}
+
+
 class OperatorProcess:
     """Start, stop, restart the operator and read its /metrics, /healthz and Lease."""
 
@@ -58,6 +64,7 @@ class OperatorProcess:
     def start(self) -> None:
         env = {**os.environ, "KUBECONFIG": str(self.kubeconfig), "PYTHONUNBUFFERED": "1",
                "DPJOB_METRICS_PORT": str(self.metrics_port), "DPJOB_HEALTH_PORT": str(self.health_port),
+               **LOCAL_PROCESS_ENV,
                "DPJOB_RESYNC_SECONDS": "5", "DPJOB_STUCK_TERMINATING_SECONDS": "5",
                "PYTHONPATH": _source_pythonpath(), **self._election_env(),
                **self.extra_env}

@@ -175,8 +175,12 @@ def test_values_schema_rejects_typos(bad: str):
 def test_default_render():
     objs = render()
     kinds = sorted(o["kind"] for o in objs)
+    # The metrics gate adds a reader ClusterRole, ServiceAccount, token Secret and binding, and the
+    # operator's system:auth-delegator binding (tests/unit/test_chart_metrics_auth.py).
     assert kinds == sorted(["ServiceAccount", "ClusterRole", "ClusterRoleBinding", "ConfigMap", "Deployment",
-                            "Service", "ConfigMap", "ConfigMap", "Role", "RoleBinding"]), kinds
+                            "Service", "ConfigMap", "ConfigMap", "Role", "RoleBinding",
+                            "ClusterRole", "ClusterRoleBinding", "ClusterRoleBinding", "ServiceAccount",
+                            "Secret"]), kinds
     dep = by_kind(objs, "Deployment")[0]
     assert dep["spec"]["replicas"] == 1
     # Leader election is on: an upgrade starts the new pod as a standby before the old one stops.
@@ -250,7 +254,13 @@ def test_default_pools_equal_operator_defaults(tmp_path: Path):
 @needs_helm
 def test_watch_namespaces_render_roles_not_clusterroles():
     objs = render(values={"watchNamespaces": ["team-a", "team-b"]})
-    assert not by_kind(objs, "ClusterRole") and not by_kind(objs, "ClusterRoleBinding")
+    # Cluster-scoped: only the metrics gate's (TokenReview and SubjectAccessReview are cluster-wide);
+    # with metrics.auth=none a namespaced install needs no cluster-scoped RBAC at all.
+    assert [r["metadata"]["name"] for r in by_kind(objs, "ClusterRole")] == ["dpjob-dpjob-operator-metrics-reader"]
+    assert {b["roleRef"]["name"] for b in by_kind(objs, "ClusterRoleBinding")} == {
+        "system:auth-delegator", "dpjob-dpjob-operator-metrics-reader"}
+    opened = render(values={"watchNamespaces": ["team-a"], "metrics": {"auth": "none"}})
+    assert not by_kind(opened, "ClusterRoleBinding")
     roles = [r for r in by_kind(objs, "Role") if not r["metadata"]["name"].endswith("-leader-election")]
     bindings = [b for b in by_kind(objs, "RoleBinding") if not b["metadata"]["name"].endswith("-leader-election")]
     assert sorted(r["metadata"]["namespace"] for r in roles) == ["team-a", "team-b"]
@@ -262,7 +272,7 @@ def test_watch_namespaces_render_roles_not_clusterroles():
 
 @needs_helm
 def test_rbac_rules_are_least_privilege():
-    (role,) = by_kind(render(), "ClusterRole")
+    (role,) = [r for r in by_kind(render(), "ClusterRole") if r["metadata"]["name"] == "dpjob-dpjob-operator"]
     granted = {(g, r, v) for rule in role["rules"] for g in rule["apiGroups"] for r in rule["resources"]
                for v in rule["verbs"]}
     expected = {("", "pods", v) for v in ("create", "delete", "get", "list", "watch")}
@@ -277,7 +287,8 @@ def test_rbac_rules_are_least_privilege():
             for r in ("workloads", "podgroups") for v in ("create", "get", "list", "delete")}
     assert granted == expected | gang
     assert not any("*" in rule[k] for rule in role["rules"] for k in ("apiGroups", "resources", "verbs"))
-    (role,) = by_kind(render(set_=["gangScheduling=disabled"]), "ClusterRole")
+    (role,) = [r for r in by_kind(render(set_=["gangScheduling=disabled"]), "ClusterRole")
+               if r["metadata"]["name"] == "dpjob-dpjob-operator"]
     assert {(g, r, v) for rule in role["rules"] for g in rule["apiGroups"] for r in rule["resources"]
             for v in rule["verbs"]} == expected
     (cm,) = [c for c in by_kind(render(set_=["gangScheduling=disabled"]), "ConfigMap") if "config.json" in c["data"]]

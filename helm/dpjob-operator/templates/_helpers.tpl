@@ -122,10 +122,17 @@ and kopf use). Shared by the ClusterRole and the per-namespace Roles.
   "namespaces" .Values.watchNamespaces
   "metricsPort" .Values.metrics.port
   "healthPort" .Values.health.port
+  "metricsAuth" .Values.metrics.auth
+  "metricsCertFile" (ternary "/etc/dpjob/metrics-tls/tls.crt" "" (ne .Values.metrics.tls.secretName ""))
+  "metricsKeyFile" (ternary "/etc/dpjob/metrics-tls/tls.key" "" (ne .Values.metrics.tls.secretName ""))
   "clusterDomain" .Values.clusterDomain
   "logLevel" .Values.logLevel
   "gangScheduling" .Values.gangScheduling
   "stuckTerminatingSeconds" .Values.stuckTerminatingSeconds
   "leaderElection" (dict "enabled" .Values.leaderElection.enabled "leaseName" (include "dpjob-operator.leaseName" .)) }}
 {{- toPrettyJson $cfg }}
+{{- end }}
+
+{{- define "dpjob-operator.metricsReader" -}}
+{{- include "dpjob-operator.fullname" . }}-metrics-reader
 {{- end }}
