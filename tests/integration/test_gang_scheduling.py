@@ -209,3 +209,36 @@ def test_without_gang_scheduling_a_topology_key_still_keeps_the_ranks_in_one_rac
     term = pod.spec.affinity.pod_affinity.required_during_scheduling_ignored_during_execution[0]
     assert term.topology_key == RACK and term.label_selector.match_labels == {
         "dpjob.io/job-name": "wide", "dpjob.io/restart": "0"}
+
+
+def test_a_gang_name_held_by_someone_else_is_reported_and_never_taken(api, core, namespace, operator, gpu_nodes):
+    """Claims by controller UID for the gang too: a Workload of the job's name that someone else
+    made is neither used nor replaced, and a PodGroup labelled as the job's is not deleted."""
+    custom = client.CustomObjectsApi(api)
+    gang = {"schedulingPolicy": {"gang": {"minCount": 5}}}
+    custom.create_namespaced_custom_object(G, V, namespace, "workloads", {
+        "apiVersion": f"{G}/{V}", "kind": "Workload", "metadata": {"name": "taken"},
+        "spec": {"podGroupTemplates": [{"name": "ranks", **gang}]}})
+    look_alike = {"apiVersion": f"{G}/{V}", "kind": "PodGroup",
+                  "metadata": {"name": "other-gang-7", "labels": {"dpjob.io/job-name": "other"}},
+                  "spec": {"podGroupTemplateRef": {"workload": {"workloadName": "taken",
+                                                                "podGroupTemplateName": "ranks"}}, **gang}}
+    custom.create_namespaced_custom_object(G, V, namespace, "podgroups", look_alike)
+
+    dpj.create(api, namespace, gpu_job("taken", gpu_nodes, 1))
+    st = dpj.wait_status(api, namespace, "taken", lambda s: (condition(s, "Created") or {}).get(
+        "reason") == "GangNameConflict", timeout=60, what="Created=False/GangNameConflict")
+    assert "Workload " + namespace + "/taken exists but is not controlled by this job" in condition(
+        st, "Created")["message"]
+    assert "GangNameConflict" in dpj.event_reasons(namespace, "taken")
+    assert not dpj.rank_pods(core, namespace, "taken"), "a rank was created into someone else's gang"
+    workload = custom.get_namespaced_custom_object(G, V, namespace, "workloads", "taken")
+    assert workload["spec"]["podGroupTemplates"][0]["schedulingPolicy"] == {"gang": {"minCount": 5}}
+    assert not workload["metadata"].get("ownerReferences")
+
+    # Another job whose label the look-alike carries runs its gangs and finishes; it is not deleted.
+    dpj.create(api, namespace, gpu_job("other", gpu_nodes, 1))
+    dpj.wait_phase(api, namespace, "other", "Running", timeout=60)
+    names = [g["metadata"]["name"] for g in objects(api, namespace, "podgroups")]
+    assert "other-gang-7" in names and "other-gang-0" in names, names
+    dpj.delete(api, namespace, "taken")

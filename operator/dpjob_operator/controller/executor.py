@@ -39,6 +39,7 @@ from dpjob_operator.reconcile.reasons import (
     CONFIGMAP_NAME_CONFLICT,
     CREATED,
     FAILED_CREATE_POD,
+    GANG_NAME_CONFLICT,
     POD_NAME_CONFLICT,
     RANK_TABLE_READY,
     RANK_TABLE_WRITE_FAILED,
@@ -70,12 +71,18 @@ class PodCreationFailed(ReportedFailure):
         super().__init__(f"{failed} rank pod creation(s) failed: {server_message}", report, reason, CREATED)
 
 
+# Which condition says so when a child's name is taken: without its Service, Workload or PodGroup
+# no rank pod is created; without its ConfigMap the rank table is not ready.
+_CONFLICT = {"Service": (SERVICE_NAME_CONFLICT, CREATED), "ConfigMap": (CONFIGMAP_NAME_CONFLICT, RANK_TABLE_READY),
+             "Workload": (GANG_NAME_CONFLICT, CREATED), "PodGroup": (GANG_NAME_CONFLICT, CREATED)}
+
+
 class ChildConflict(ReportedFailure):
-    """The job's Service or rank-table ConfigMap name is held by an object this job does not control."""
+    """A child's name (Service, rank-table ConfigMap, Workload, PodGroup) is held by an object this
+    job does not control."""
 
     def __init__(self, kind: str, message: str, report: str | None) -> None:
-        reason, condition = ((SERVICE_NAME_CONFLICT, CREATED) if kind == "Service"
-                             else (CONFIGMAP_NAME_CONFLICT, RANK_TABLE_READY))
+        reason, condition = _CONFLICT[kind]
         super().__init__(message, report, reason, condition)
 
 
@@ -146,17 +153,20 @@ class Executor:
             self._services[job.uid] = time.monotonic()
 
     async def _claim_child(self, job: Job, kind: str, name: str) -> dict[str, Any] | None:
-        """The object if this job controls it, None if absent; another job's is waited for
-        (``WaitingForPrevious``), anyone else's reported once (``ChildConflict``), never touched."""
+        """The object if this job controls it, None if absent (see ``_check_claim``)."""
         body = await self.blocking.run(self.kube.read_raw, kind, job.namespace, name)
-        if body is None:
-            return None
-        meta = body.get("metadata") or {}
+        if body is not None:
+            self._check_claim(job, kind, body.get("metadata") or {})
+        return body
+
+    def _check_claim(self, job: Job, kind: str, meta: Mapping[str, Any]) -> None:
+        """Return if this job controls the object; another job's is waited for
+        (``WaitingForPrevious``), anyone else's reported once (``ChildConflict``), never touched."""
         verdict = ownership(meta, job.uid, job.name)
         if verdict == OURS:
-            return body
+            return
         if verdict == PREVIOUS:
-            raise WaitingForPrevious(f"{kind} {name} still belongs to a previous job named {job.name}")
+            raise WaitingForPrevious(f"{kind} {meta.get('name')} still belongs to a previous job named {job.name}")
         message = conflict_message(kind, meta)
         report = None if self._refusals.get(job.uid) == message else message
         self._refusals[job.uid] = message
@@ -199,7 +209,7 @@ class Executor:
             self._tables[memo] = known
 
     async def _ensure_gang(self, job: Job, action: EnsureGang, _restart: int) -> None:
-        await self.gangs.ensure(job, action)
+        await self.gangs.ensure(job, action, functools.partial(self._check_claim, job))
 
     async def _release_gang(self, job: Job, _action: ReleaseGang, _restart: int) -> None:
         await self.gangs.release(job)

@@ -3,12 +3,16 @@
 Creating them is remembered per (job uid, generation), so a steady job costs no API call per
 pass; the scheduler's verdict is read from the PodGroup only while some rank of it is unbound,
 the one moment it can tell us something the pods do not.
+
+Claimed by controller UID like every child (``reconcile/claims.py``): a Workload or PodGroup of
+our name that this job does not control is never used, replaced or deleted; ``claim`` (the
+executor's) raises to wait for a previous job's or to report anyone else's.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from dpjob_operator.api.constants import LABEL_JOB
@@ -20,8 +24,10 @@ from dpjob_operator.builders import gang as gang_builders
 from dpjob_operator.controller.blocking import Blocking
 from dpjob_operator.k8s.client import KubeClient
 from dpjob_operator.reconcile.actions import EnsureGang
+from dpjob_operator.reconcile.claims import OURS, ownership
 
 log = logging.getLogger("dpjob.controller")
+Claim = Callable[[str, Mapping[str, Any]], None]  # (kind, metadata): returns if ours, else raises
 GROUP, VERSION = gang_builders.SCHEDULING_GROUP, gang_builders.SCHEDULING_VERSION
 
 
@@ -58,7 +64,7 @@ class Gangs:
             verdict = gang_builders.pod_group_condition(group)
         return GangObservation(gang_builders.gang_min_count(job), verdict), bool(unbound) and verdict is None
 
-    async def ensure(self, job: Job, action: EnsureGang) -> None:
+    async def ensure(self, job: Job, action: EnsureGang, claim: Claim) -> None:
         """Workload (recreated when the gang size changed: it is immutable), then this generation's
         PodGroup, then drop older generations' PodGroups. Once per gang, remembered."""
         if (job.uid, action.restart) in self._pod_groups:
@@ -66,31 +72,46 @@ class Gangs:
         name = workload_name(job.name)
         existing: dict[str, Any] | None = await self.blocking.run(
             self.kube.get_object, GROUP, VERSION, "workloads", job.namespace, name)
-        if existing is not None and not gang_builders.workload_matches(existing, job):
-            await self.blocking.run(self.kube.delete_object, GROUP, VERSION, "workloads", job.namespace, name)
-            existing = None
+        if existing is not None:
+            claim("Workload", existing.get("metadata") or {})
+            if not gang_builders.workload_matches(existing, job):
+                await self.blocking.run(self.kube.delete_object, GROUP, VERSION, "workloads", job.namespace, name)
+                existing = None
         if existing is None:
-            await self.blocking.run(self.kube.create_object, GROUP, VERSION, "workloads",
-                                    gang_builders.build_workload(job))
+            await self._create(job, "Workload", "workloads", gang_builders.build_workload(job), claim)
         group = gang_builders.build_pod_group(job, action.restart)
-        await self.blocking.run(self.kube.create_object, GROUP, VERSION, "podgroups", group)
+        await self._create(job, "PodGroup", "podgroups", group, claim)
         await self._delete_pod_groups(job, keep=group["metadata"]["name"])
         self._pod_groups.add((job.uid, action.restart))
 
+    async def _create(self, job: Job, kind: str, plural: str, obj: Mapping[str, Any], claim: Claim) -> None:
+        """Create; if the name is taken (409), it must be ours (an earlier pass's) to go on."""
+        if await self.blocking.run(self.kube.create_object, GROUP, VERSION, plural, obj):
+            return
+        current = await self.blocking.run(self.kube.get_object, GROUP, VERSION, plural, job.namespace,
+                                          obj["metadata"]["name"])
+        if current is not None:
+            claim(kind, current.get("metadata") or {})
+
     async def release(self, job: Job) -> None:
-        """Nothing left to schedule: every PodGroup and the Workload go."""
+        """Nothing left to schedule: every PodGroup and the Workload of this job go (no one else's)."""
         await self._delete_pod_groups(job)
-        await self.blocking.run(self.kube.delete_object, GROUP, VERSION, "workloads", job.namespace,
-                                workload_name(job.name))
+        name = workload_name(job.name)
+        workload = await self.blocking.run(self.kube.get_object, GROUP, VERSION, "workloads", job.namespace, name)
+        if workload is not None and ownership(workload.get("metadata") or {}, job.uid, job.name) == OURS:
+            await self.blocking.run(self.kube.delete_object, GROUP, VERSION, "workloads", job.namespace, name)
         self.forget(job.uid)
 
     async def _delete_pod_groups(self, job: Job, keep: str | None = None) -> None:
-        """Every PodGroup of the job but ``keep`` (older generations'; all on release)."""
-        names = await self.blocking.run(self.kube.list_object_names, GROUP, VERSION, "podgroups", job.namespace,
-                                        selector({LABEL_JOB: job.name}))
-        for name in names:
-            if name != keep:
-                await self.blocking.run(self.kube.delete_object, GROUP, VERSION, "podgroups", job.namespace, name)
+        """Every PodGroup this job controls but ``keep`` (older generations'; all on release). The
+        label finds candidates; the controller UID decides: a labelled look-alike is not ours."""
+        groups = await self.blocking.run(self.kube.list_objects, GROUP, VERSION, "podgroups", job.namespace,
+                                         selector({LABEL_JOB: job.name}))
+        for group in groups:
+            meta = group.get("metadata") or {}
+            if meta.get("name") != keep and ownership(meta, job.uid, job.name) == OURS:
+                await self.blocking.run(self.kube.delete_object, GROUP, VERSION, "podgroups", job.namespace,
+                                        meta["name"])
 
     def forget(self, uid: str) -> None:
         self._pod_groups = {g for g in self._pod_groups if g[0] != uid}

@@ -221,8 +221,8 @@ class KubeClient:
                 return False
             raise
 
-    def list_object_names(self, group: str, version: str, plural: str, namespace: str,
-                          label_selector: str) -> list[str]:
+    def list_objects(self, group: str, version: str, plural: str, namespace: str,
+                     label_selector: str) -> list[dict[str, Any]]:
         try:
             resp = self._call("GET", self.custom.list_namespaced_custom_object, group, version, namespace, plural,
                               label_selector=label_selector, _preload_content=False)
@@ -230,7 +230,8 @@ class KubeClient:
             if e.status == 404:  # the API is not served (any more): nothing of ours can exist
                 return []
             raise
-        return [item["metadata"]["name"] for item in json.loads(resp.data).get("items") or []]
+        items: list[dict[str, Any]] = json.loads(resp.data).get("items") or []
+        return items
 
     def delete_object(self, group: str, version: str, plural: str, namespace: str, name: str) -> bool:
         try:

@@ -52,6 +52,7 @@ FAILED_CREATE_POD = "FailedCreatePod"
 POD_NAME_CONFLICT = "PodNameConflict"
 SERVICE_NAME_CONFLICT = "ServiceNameConflict"      # a Service of the job's name that is not ours
 CONFIGMAP_NAME_CONFLICT = "ConfigMapNameConflict"  # a rank-table ConfigMap name taken by someone else
+GANG_NAME_CONFLICT = "GangNameConflict"  # a Workload or PodGroup of the job's gang name, not ours
 IMAGE_PULL_ERROR = "ImagePullError"              # Waiting: a rank's image cannot be pulled
 CONTAINER_CONFIG_ERROR = "ContainerConfigError"  # Waiting: a rank's container cannot be created
 NODE_NOT_READY = "NodeNotReady"                  # StuckTerminating: on a node that is down: forced
