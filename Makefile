@@ -14,6 +14,9 @@ help: ## list targets
 venv: ## create or reuse the cached virtual environment
 	@bash devcluster/venv.sh >/dev/null
 
+venv-mindspore: ## create or reuse the MindSpore trainer's venv (~/.cache/dpjob/venv-ms-<sha>; ~800 MB download)
+	@bash devcluster/venv-mindspore.sh
+
 binaries: ## build or reuse etcd, kube-*, kubelet, kubectl, kwok, helm, CoreDNS and Prometheus from Go modules
 	@bash devcluster/build.sh >/dev/null
 
@@ -60,4 +63,4 @@ bench: cluster-up ## benchmarks (ratios side by side; results in bench/results/)
 clean: cluster-down ## remove local state (caches under ~/.cache/dpjob are kept)
 	@rm -rf .devcluster .pytest_cache .mypy_cache .ruff_cache
 
-.PHONY: help venv binaries images doctor cluster-up cluster-down cluster-status crds run lint test-unit test chaos dev bench clean
+.PHONY: help venv venv-mindspore binaries images doctor cluster-up cluster-down cluster-status crds run lint test-unit test chaos dev bench clean
