@@ -13,19 +13,28 @@ import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
-from tests.support.cluster import lease_holder
-from tests.support.operator import LEASE_DURATION, OperatorProcess, dev_lease
+from tests.support.mindspore import require_mindspore
 from tests.support.paths import DEVCLUSTER, KUBECONFIG, REPO
 from tests.support.waits import wait_until
+
+if TYPE_CHECKING:  # the kubernetes client is imported by the fixtures that need it: the MindSpore
+    from tests.support.operator import OperatorProcess  # venv runs its tests without it
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Chaos drills run last: they restart control-plane processes, and no other test should pay
     for a component still recovering."""
     items.sort(key=lambda item: item.get_closest_marker("chaos") is not None)
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """``@pytest.mark.mindspore`` tests need the MindSpore venv: skipped without it, failed under CI."""
+    if item.get_closest_marker("mindspore") is not None:
+        require_mindspore()
 
 
 def _cluster_ready() -> bool:
@@ -88,6 +97,8 @@ def crds(cluster: Path) -> None:
 
 @pytest.fixture(scope="session")
 def _operator_process(cluster: Path, crds) -> Iterator[OperatorProcess]:
+    from tests.support.operator import OperatorProcess
+
     logs = DEVCLUSTER / "logs"
     logs.mkdir(parents=True, exist_ok=True)
     op = OperatorProcess(cluster, logs / "operator-test.log")
@@ -126,6 +137,8 @@ def operator_pod(_operator_process: OperatorProcess, _helm_operator: str) -> dic
     Returns the operator pod. The process operator is stopped first (see ``operator``).
     """
     from devcluster import stack
+    from tests.support.cluster import lease_holder
+    from tests.support.operator import LEASE_DURATION, dev_lease
 
     _operator_process.stop()  # SIGTERM: it releases the Lease the pod campaigns for
     stack.scale_operator(1)

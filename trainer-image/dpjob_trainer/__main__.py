@@ -15,6 +15,7 @@ import time
 from collections.abc import Sequence
 
 from .env import DistEnv, EnvError, parse_env
+from .frameworks import FrameworkError, resolve_framework
 from .metrics import NullMetrics, TrainerMetrics
 from .peerloss import EXIT_PEER_LOST, is_peer_loss
 from .ranktable import RankTableTimeout, must_wait_for_rank_table, wait_for_rank_table
@@ -30,6 +31,8 @@ def build_parser() -> argparse.ArgumentParser:
                     "reads WORLD_SIZE/RANK/MASTER_* from the env.",
     )
     what = p.add_argument_group("what to train")
+    what.add_argument("--framework", default=None,
+                      help="torch (DDP) or mindspore (msrun / rank table); default $DPJOB_FRAMEWORK, else torch")
     what.add_argument("--task", default="mlp", help="built-in task: linear, mlp or cnn (default mlp)")
     what.add_argument("--entrypoint", help="module:function returning (model, dataset[, loss_fn]); overrides --task")
     what.add_argument("--dataset-size", type=int, help="samples in the synthetic mlp/cnn dataset")
@@ -146,6 +149,14 @@ def _linger(seconds: float) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    try:
+        framework = resolve_framework(args.framework, os.environ)
+    except FrameworkError as exc:
+        return fail(str(exc))
+    if framework == "mindspore":
+        from .ms.cli import run_mindspore  # imports mindspore only once the environment checks pass
+
+        return run_mindspore(args, os.environ, fail)
     try:
         env = parse_env(os.environ)
     except EnvError as exc:

@@ -16,9 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import json
 import math
-import os
 import signal
 import sys
 import time
@@ -34,8 +32,9 @@ from torch.utils.data import DataLoader, default_collate
 from . import checkpoint
 from .distributed import CommHook, all_reduce_max, all_reduce_sum, init_process_group, shutdown_process_group
 from .env import DistEnv, device_for, select_backend
+from .events import emit, write_report
 from .metrics import NullMetrics
-from .nonfinite import EXIT_NONFINITE, NonfinitePolicy, json_number
+from .nonfinite import EXIT_NONFINITE, NonfinitePolicy
 from .sharding import ShardPlan
 from .stragglers import DEFAULT_FACTOR, StepTimes, StragglerDetector
 from .tasks import BatchedTensorDataset, Task, build_task, load_entrypoint
@@ -127,17 +126,6 @@ class RunStats:
             self.final_loss = loss
         self.samples += samples
         self.global_samples += global_samples
-
-
-def emit(event: str, out: TextIO = sys.stdout, **fields: Any) -> None:
-    """One JSON object per line on stdout: what ``kubectl logs`` users grep and parse.
-
-    A NaN or Inf number is written as text ("nan", "inf"): json.dumps would write a bare ``NaN``,
-    which is not JSON and breaks strict readers of the line.
-    """
-    safe = {k: json_number(v) if isinstance(v, float) else v for k, v in fields.items()}
-    out.write(json.dumps({"event": event, "time": round(time.time(), 3), **safe}) + "\n")
-    out.flush()
 
 
 def param_sha256(model: torch.nn.Module) -> str:
@@ -610,8 +598,7 @@ class Trainer:
         if task.name == "linear":
             report["weights"] = [float(v) for v in model.get_parameter("w").detach().cpu().flatten()]
         if cfg.report_dir:
-            path = os.path.join(cfg.report_dir, f"report-rank{env.rank}.json")
-            checkpoint.atomic_write(path, lambda fh: fh.write(json.dumps(report, indent=2).encode()))
+            write_report(cfg.report_dir, env.rank, report)
         return report
 
     # ---- the run -----------------------------------------------------------------------------
