@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
 # Build (or reuse) the OCI images the dev cluster's real node runs, without a Docker daemon.
 #
-#   images.sh [NAME...]     NAME: base pause coredns operator trainer prometheus
+#   images.sh [NAME...]     NAME: base pause coredns operator trainer trainer-mindspore prometheus
 #                                 prometheus-config-reloader prometheus-operator
 #                                 (default: pause coredns operator trainer)
+#
+# trainer-mindspore (trainer-image/Dockerfile.mindspore: the MindSpore CPU wheel, no torch; a
+# few GB) is built only when named: the MindSpore end-to-end test asks for it.
 #
 # Why this way: these machines have no Docker engine and no registry, but they have Debian's
 # buildah and mmdebstrap. The project's own Dockerfiles build unchanged with
@@ -181,6 +184,15 @@ image_trainer() {
     --build-arg "TORCH_INDEX=$index" --build-arg "TORCH_SPEC=$TORCH_SPEC"
 }
 
+image_trainer-mindspore() {
+  # Only what Dockerfile.mindspore reads: a change to the torch Dockerfile does not rebuild it.
+  # Its packages come from the pinned lock through the host's pip configuration, as the trainer's.
+  local key
+  key=$(hash_inputs "$BASE_KEY" "$ROOT/trainer-image/Dockerfile.mindspore" \
+        "$ROOT/trainer-image/requirements-mindspore.lock" "$ROOT/trainer-image/dpjob_trainer")
+  build_dockerfile trainer-mindspore "$ROOT/trainer-image/Dockerfile.mindspore" "$ROOT/trainer-image" "$key"
+}
+
 # ------------------------------------------------------------------- single static binaries
 build_binary_image() {  # NAME REF BINARY [DEST]: one static binary at DEST (default /NAME-of-binary)
   local name=$1 ref=$2 binary=$3 dest=${4:-/$(basename "$3")}
@@ -236,7 +248,9 @@ names=("$@")
 for n in "${names[@]}"; do
   case $n in
     base) ensure_base ;;
-    pause|coredns|operator|trainer|prometheus|prometheus-config-reloader|prometheus-operator) "image_$n" ;;
-    *) die "unknown image '$n' (known: base pause coredns operator trainer prometheus prometheus-config-reloader prometheus-operator)" ;;
+    pause|coredns|operator|trainer|trainer-mindspore|prometheus|prometheus-config-reloader|prometheus-operator)
+      "image_$n" ;;
+    *) die "unknown image '$n' (known: base pause coredns operator trainer trainer-mindspore prometheus" \
+         "prometheus-config-reloader prometheus-operator)" ;;
   esac
 done

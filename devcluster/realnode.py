@@ -257,7 +257,8 @@ def aliases(repo: Path) -> dict[str, list[str]]:
     here: `kubectl apply -f examples/quickstart-cpu.yaml` and a plain `helm install` work
     unchanged on the dev cluster (imagePullPolicy IfNotPresent never pulls them)."""
     version = chart_app_version(repo / "helm" / "dpjob-operator" / "Chart.yaml")
-    return {"trainer": ["ghcr.io/dpjob/trainer:cpu"], "operator": [f"ghcr.io/dpjob/dpjob-operator:{version}"]}
+    return {"trainer": ["ghcr.io/dpjob/trainer:cpu"], "trainer-mindspore": ["ghcr.io/dpjob/trainer:mindspore-cpu"],
+            "operator": [f"ghcr.io/dpjob/dpjob-operator:{version}"]}
 
 
 def parse_image_lines(text: str) -> dict[str, Image]:

@@ -278,6 +278,13 @@ def trainer_image() -> str:
     return node_images("trainer")["trainer"]
 
 
+def trainer_mindspore_image() -> str:
+    """The MindSpore trainer image (trainer-image/Dockerfile.mindspore), present on the real node(s)
+    under its own reference and the public name examples/mindspore-cpu.yaml uses. Built on first
+    use only: it is a few GB that no other test needs."""
+    return node_images("trainer-mindspore")["trainer-mindspore"]
+
+
 def with_trainer_image(job: dict) -> dict:
     for container in job["spec"]["template"]["spec"].get("containers", []):
         if container.get("name") == "trainer":
