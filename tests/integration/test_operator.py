@@ -32,6 +32,7 @@ EXPECTED = {
     "npu-ddp.yaml": ("npu", 2, 16, ("huawei.com/Ascend910", "8")),
     "elastic-cpu.yaml": ("cpu", 3, None, None),
     "mindspore-npu.yaml": ("npu", 2, 16, ("huawei.com/Ascend910", "8")),
+    "mindspore-cpu.yaml": ("cpu", 2, 2, None),
     "oneflow-gpu.yaml": ("gpu", 2, 2, ("nvidia.com/gpu", "1")),
 }
 

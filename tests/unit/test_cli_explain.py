@@ -3,6 +3,7 @@ builders, invalid specs named, and the capacity arithmetic behind "does the gang
 
 from __future__ import annotations
 
+import re
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -60,12 +61,32 @@ def test_big_jobs_show_ranks_0_1_and_the_last_unless_asked_for_all(tmp_path):
      [("npu-ddp-rank-0", list(range(8))), ("npu-ddp-rank-1", list(range(8, 16)))]),
     ("mindspore-npu.yaml", ["hccl.json"],
      [("mindspore-npu-rank-0", list(range(8))), ("mindspore-npu-rank-1", list(range(8, 16)))]),
+    ("mindspore-cpu.yaml", ["ranktable.json"], [("mindspore-cpu-rank-0", [0]), ("mindspore-cpu-rank-1", [1])]),
 ])
 def test_rank_table_layout_maps_global_ranks_onto_pods(example, files, layout):
     [data] = explain_file(EXAMPLES / example, "default", None)
     table = data["rankTable"]
     assert table["files"] == files
     assert [(row["pod"], row["ranks"]) for row in table["layout"]] == layout
+
+
+def test_mindspore_cpu_example_starts_msrun_from_the_operators_environment():
+    """Every variable the example's shell line reads is one the operator sets in each rank pod, and
+    each msrun flag takes the MS_* value meant for it (worker_num counts processes, not pods)."""
+    [data] = explain_file(EXAMPLES / "mindspore-cpu.yaml", "default", None)
+    doc = yaml.safe_load((EXAMPLES / "mindspore-cpu.yaml").read_text())
+    [container] = doc["spec"]["template"]["spec"]["containers"]
+    [line] = container["args"]
+    used = set(re.findall(r"\$\{?([A-Za-z_][A-Za-z0-9_]*)", line))
+    assert {"MS_SCHED_HOST", "MS_SCHED_PORT", "MS_WORKER_NUM", "MS_LOCAL_WORKER", "MS_NODE_RANK"} <= used
+    for rank in ("0", "1"):
+        env = {**data["env"]["common"], **{k: v[rank] for k, v in data["env"]["perRank"].items() if rank in v}}
+        assert used <= env.keys(), f"rank {rank} lacks {sorted(used - env.keys())}"
+    for flag in ("--worker_num=$MS_WORKER_NUM", "--local_worker_num=$MS_LOCAL_WORKER", "--master_addr=$MS_SCHED_HOST",
+                 "--master_port=$MS_SCHED_PORT", "--node_rank=$MS_NODE_RANK", "--join=True"):
+        assert flag in line
+    assert (data["env"]["common"]["MS_WORKER_NUM"], data["env"]["common"]["MS_LOCAL_WORKER"]) == ("2", "1")
+    assert data["env"]["perRank"]["DPJOB_MS_SCHEDULER"] == {"0": "1", "1": "0"}  # one scheduler, rank pod 0
 
 
 def write(tmp_path: Path, doc: Any) -> Path:

@@ -60,6 +60,8 @@ def test_image_lines_and_aliases():
     aliases = realnode.aliases(REPO)
     example = (REPO / "examples" / "quickstart-cpu.yaml").read_text()
     assert any(a in example for a in aliases["trainer"]), "the quickstart's image would not resolve on the dev node"
+    ms_example = (REPO / "examples" / "mindspore-cpu.yaml").read_text()
+    assert any(a in ms_example for a in aliases["trainer-mindspore"]), "mindspore-cpu's image would not resolve"
     assert aliases["operator"] == [f"ghcr.io/dpjob/dpjob-operator:"
                                    f"{realnode.chart_app_version(REPO / 'helm/dpjob-operator/Chart.yaml')}"]
 
