@@ -20,6 +20,9 @@ venv-mindspore: ## create or reuse the MindSpore trainer's venv (~/.cache/dpjob/
 binaries: ## build or reuse etcd, kube-*, kubelet, kubectl, kwok, helm, CoreDNS and Prometheus from Go modules
 	@bash devcluster/build.sh >/dev/null
 
+kubeflow: ## build or reuse Kubeflow's training-operator v1.8.1 from its Go module (the peer bench/compare.py runs)
+	@bash devcluster/build-kubeflow.sh >/dev/null
+
 images: ## build or reuse the pause, CoreDNS, operator and trainer images (buildah, no Docker daemon)
 	@bash devcluster/images.sh >/dev/null
 
@@ -56,8 +59,9 @@ test-mindspore: ## the MindSpore backend's tests (unit + msrun e2e) with its own
 	  tests/e2e/test_mindspore_local.py $(PYTEST_ARGS)
 
 # lint comes before cluster-up so a lint failure is reported in seconds, before any cluster work.
-test: lint cluster-up ## lint, then every test: unit, integration (real control plane) and end-to-end
-	@venv=$(VENV); KUBECONFIG=$(KUBECONFIG_PATH) bash devcluster/pytest.sh "$$venv/bin/python" $(PYTEST_ARGS)
+# The MindSpore tests come first (no cluster, ~1 min): the torch run below deselects them.
+test: lint cluster-up kubeflow test-mindspore ## lint, then every test: unit, integration (real control plane), end-to-end, MindSpore
+	@venv=$(VENV); KUBECONFIG=$(KUBECONFIG_PATH) bash devcluster/pytest.sh "$$venv/bin/python" -m "not mindspore" $(PYTEST_ARGS)
 
 chaos: cluster-up ## only the chaos drills (API-server restarts, a 429 storm, two replicas under churn); `make test` runs them last
 	@venv=$(VENV); KUBECONFIG=$(KUBECONFIG_PATH) bash devcluster/pytest.sh "$$venv/bin/python" -m chaos tests/chaos $(PYTEST_ARGS)
@@ -68,7 +72,10 @@ dev: ## the main job: cluster with a real node, the operator installed with Helm
 bench: cluster-up ## benchmarks (ratios side by side; results in bench/results/)
 	@venv=$(VENV); for b in bench/bench_*.py; do KUBECONFIG=$(KUBECONFIG_PATH) "$$venv/bin/python" $$b; done
 
+bench-compare: cluster-up kubeflow ## raw client vs dpjob vs Kubeflow's training-operator, one run (bench/results/compare.md)
+	@venv=$(VENV); KUBECONFIG=$(KUBECONFIG_PATH) "$$venv/bin/python" bench/compare.py $(BENCH_ARGS)
+
 clean: cluster-down ## remove local state (caches under ~/.cache/dpjob are kept)
 	@rm -rf .devcluster .pytest_cache .mypy_cache .ruff_cache
 
-.PHONY: help venv venv-mindspore test-mindspore binaries images doctor cluster-up cluster-down cluster-status crds run lint test-unit test chaos dev bench clean
+.PHONY: help venv venv-mindspore test-mindspore binaries kubeflow bench-compare images doctor cluster-up cluster-down cluster-status crds run lint test-unit test chaos dev bench clean
