@@ -173,6 +173,7 @@ def main(argv: list[str] | None = None) -> int:
     ensure_nodes(core, "cpu", max(2, -(-max(sizes) // 900)), {})
     from devcluster import stack
 
+    chart_replicas = stack.operator_replicas()
     stack.scale_operator(0)  # the chart's operator would share the work (and the Lease) with ours
     logs = DEVCLUSTER / "logs"
     ours = OperatorProcess(KUBECONFIG, logs / "operator-compare.log")
@@ -197,6 +198,8 @@ def main(argv: list[str] | None = None) -> int:
         ours.stop()
         if peer:
             peer.stop()
+        if chart_replicas:
+            stack.scale_operator(chart_replicas)  # the chart's operator takes the cluster back
     meta = {"date": time.strftime("%Y-%m-%d"), "machine": f"{platform.machine()}, {_cores()} cores, "
             f"{platform.system()} {platform.release()}", "reps": args.reps,
             "kubeflow": {"version": "v1.8.1", **(peer.settings if peer else {})},

@@ -121,6 +121,13 @@ def operator_installed() -> bool:
     return kubectl("-n", OPERATOR_NAMESPACE, "get", "deployment", OPERATOR_DEPLOYMENT, check=False).returncode == 0
 
 
+def operator_replicas() -> int:
+    """The Helm-installed operator's desired replicas; 0 when it is not installed."""
+    out = kubectl("-n", OPERATOR_NAMESPACE, "get", "deployment", OPERATOR_DEPLOYMENT, "-o",
+                  "jsonpath={.spec.replicas}", check=False)
+    return int(out.stdout or 0) if out.returncode == 0 else 0
+
+
 def scale_operator(replicas: int, timeout: float = 120) -> None:
     """Scale the Helm-installed operator; 0 hands the cluster to an operator run as a process
     (the integration tests'), so two operators never reconcile the same jobs."""
