@@ -15,7 +15,7 @@ from datetime import UTC, datetime
 
 from dpjob_operator.api.observed import GangObservation, NodeView, PodObservation, RankTableOutcome
 from dpjob_operator.api.progress import ProgressView
-from dpjob_operator.api.spec import Job
+from dpjob_operator.api.spec import Job, JobSpec
 from dpjob_operator.api.timestamps import parse_iso
 from dpjob_operator.api.tolerations import untolerated
 from dpjob_operator.builders.configmaps import build_job_rank_tables
@@ -53,6 +53,31 @@ def rank_table_outcome(job: Job, gen: int, pods: Sequence[PodObservation]) -> Ra
     return RankTableOutcome(result.ready, result.reason, result.message, result.version, result.files)
 
 
+class RankTableMemo:
+    """The last rank-table outcome per job, reused while nothing it was built from has changed.
+
+    An idle pass (a resync, or an event of an unrelated field) would otherwise rebuild and
+    re-serialise the whole table: about 0.3 s at 4,096 x 8. The pod cache replaces a pod's
+    (frozen) ``PodObservation`` whenever the pod changes and keeps the others, so "the same spec,
+    generation and pod objects" is exact and costs one identity check per pod.
+    """
+
+    def __init__(self) -> None:
+        self._memo: dict[str, tuple[JobSpec, int, tuple[PodObservation, ...], RankTableOutcome | None]] = {}
+
+    def outcome(self, job: Job, gen: int, pods: Sequence[PodObservation]) -> RankTableOutcome | None:
+        hit = self._memo.get(job.uid)
+        if (hit is not None and hit[1] == gen and len(hit[2]) == len(pods)
+                and all(a is b for a, b in zip(hit[2], pods, strict=True)) and hit[0] == job.spec):
+            return hit[3]
+        result = rank_table_outcome(job, gen, pods)
+        self._memo[job.uid] = (job.spec, gen, tuple(pods), result)
+        return result
+
+    def forget(self, uid: str) -> None:
+        self._memo.pop(uid, None)
+
+
 def progress_target(job: Job, gen: int, phase: str | None, pods: Sequence[PodObservation]) -> Target | None:
     """Rank 0 of gang ``gen`` while the job is Running and that pod runs with an address, else None."""
     if phase != "Running":
@@ -87,6 +112,7 @@ class Observer:
         self.gangs = gangs
         self.progress = progress
         self.kube, self.blocking, self.cfg = kube, blocking, cfg
+        self.rank_tables = RankTableMemo()
 
     async def _nodes(self, job: Job, gen: int, pods: Sequence[PodObservation], phase: str | None) -> NodeView:
         stuck_after = self.cfg.stuck_terminating_seconds
@@ -104,7 +130,7 @@ class Observer:
     async def observe(self, job: Job, gen: int, phase: str | None = None) -> Observation:
         """What the cluster holds for generation ``gen`` (the job's ``status.restarts``) in ``phase``."""
         pods = self.pods.pods_for(job.namespace, job.name)
-        outcome = rank_table_outcome(job, gen, pods)
+        outcome = self.rank_tables.outcome(job, gen, pods)
         progress = self.progress.watch(job.uid, progress_target(job, gen, phase, pods))
         nodes = await self._nodes(job, gen, pods, phase)
         if not self.gangs.enabled_for(job):

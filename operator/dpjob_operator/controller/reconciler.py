@@ -117,6 +117,7 @@ class Controller:
         self.executor.forget(uid)
         self.timings.forget(uid)
         self.progress.forget(uid)
+        self.observer.rank_tables.forget(uid)
 
     # ---- lifecycle ------------------------------------------------------------------------
 
