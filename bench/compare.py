@@ -8,6 +8,9 @@ the engines in every repetition so that none always runs on a warmer or busier c
 - **kubeflow**: a PyTorchJob (1 Master + N-1 Workers) on the real training-operator v1.8.1 at its
   defaults (1 worker thread, QPS 20, burst 30; bench/kubeflow.py).
 
+Scenarios: one job of N ranks for each ``--sizes``, and ``--jobs`` jobs of 2 to 8 ranks applied at
+once (bench/many_jobs.py: also each operator's reconcile time p50/p99).
+
 For each: seconds from apply to all N pods created and to all N Running (kwok), and, for the two
 operators, CPU seconds and RSS of the operator process (/proc) and the API requests it made (its
 own ``rest_client_requests_total``). Medians and spread (min-max) over the repetitions; ratios
@@ -35,6 +38,7 @@ from kubernetes import client, config  # noqa: E402
 
 from bench.bench_operator import BENCH_LABEL, ensure_nodes, job  # noqa: E402
 from bench.kubeflow import TrainingOperator  # noqa: E402
+from bench.many_jobs import run_many  # noqa: E402
 from bench.measure import OperatorSample, PodClock, delete_namespace  # noqa: E402
 from tests.support.cluster import kubectl  # noqa: E402
 from tests.support.operator import OperatorProcess  # noqa: E402
@@ -85,8 +89,7 @@ def submitter(engine: str, core: client.CoreV1Api, custom: client.CustomObjectsA
 
 def run_once(engine: str, n: int, core: client.CoreV1Api, custom: client.CustomObjectsApi,
              operators: dict[str, OperatorSample], timeout: float) -> dict[str, Any]:
-    ns = f"cmp-{engine}-{n}-{uuid.uuid4().hex[:5]}"
-    core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=ns)))
+    ns = _namespace(core, f"cmp-{engine}-{n}")
     sample = operators.get(engine.split("-")[0])
     try:
         before = sample.read() if sample else None
@@ -94,12 +97,19 @@ def run_once(engine: str, n: int, core: client.CoreV1Api, custom: client.CustomO
         clock.start()
         submitter(engine, core, custom)(ns, n)
         created, running = clock.wait(timeout)
-        row: dict[str, Any] = {"engine": engine, "ranks": n, "created_s": created, "running_s": running}
+        row: dict[str, Any] = {"scenario": f"1 job x {n}", "engine": engine, "ranks": n, "created_s": created,
+                               "running_s": running}
         if sample and before:
             row.update(sample.read().minus(before))
         return row
     finally:
         delete_namespace(core, ns)
+
+
+def _namespace(core: client.CoreV1Api, prefix: str) -> str:
+    ns = f"{prefix}-{uuid.uuid4().hex[:5]}"
+    core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=ns)))
+    return ns
 
 
 def median_spread(values: list[float | None]) -> dict[str, float | None]:
@@ -110,15 +120,20 @@ def median_spread(values: list[float | None]) -> dict[str, float | None]:
             "missing": len(values) - len(got)}
 
 
+METRICS = ("created_s", "running_s", "cpu_s", "rss_mb", "api_requests", "reconcile_p50_s", "reconcile_p99_s")
+
+
 def summarize(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Median and spread per (scenario, engine), scenarios in the order they ran."""
     out = []
-    for n in sorted({r["ranks"] for r in rows}):
+    for scenario in dict.fromkeys(r["scenario"] for r in rows):
         for engine in ENGINES:
-            runs = [r for r in rows if r["ranks"] == n and r["engine"] == engine]
+            runs = [r for r in rows if r["scenario"] == scenario and r["engine"] == engine]
             if not runs:
                 continue
-            entry: dict[str, Any] = {"ranks": n, "engine": engine, "runs": len(runs)}
-            for key in ("created_s", "running_s", "cpu_s", "rss_mb", "api_requests"):
+            entry: dict[str, Any] = {"scenario": scenario, "ranks": runs[0]["ranks"], "engine": engine,
+                                     "runs": len(runs)}
+            for key in METRICS:
                 if any(key in r for r in runs):
                     entry[key] = median_spread([r.get(key) for r in runs])
             out.append(entry)
@@ -140,16 +155,18 @@ def _ratio(a: dict[str, Any] | None, b: dict[str, Any] | None, key: str) -> str:
 def markdown(summary: list[dict[str, Any]], meta: dict[str, Any]) -> str:
     lines = [f"Run {meta['date']} on {meta['machine']}; {meta['reps']} repetitions, engine order rotated; "
              "median (min-max) seconds.", "",
-             "| ranks | engine | all created | all Running | created vs raw | Running: kubeflow / dpjob "
-             "| operator CPU s | operator RSS MB | API requests |",
-             "|---|---|---|---|---|---|---|---|---|"]
+             "| scenario | engine | all created | all Running | created vs raw | Running: kubeflow / dpjob "
+             "| operator CPU s | operator RSS MB | API requests | reconcile p50 / p99 ms |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
     for entry in summary:
-        same = {e["engine"]: e for e in summary if e["ranks"] == entry["ranks"]}
+        same = {e["engine"]: e for e in summary if e["scenario"] == entry["scenario"]}
         vs_raw = _ratio(entry, same.get("raw"), "created_s") if entry["engine"] != "raw" else "1.00x"
         kf = _ratio(same.get("kubeflow"), same.get("dpjob"), "running_s") if entry["engine"] == "kubeflow" else ""
-        lines.append(f"| {entry['ranks']} | {entry['engine']} | {_cell(entry, 'created_s')} | "
+        p50, p99 = ((entry.get(k) or {}).get("median") for k in ("reconcile_p50_s", "reconcile_p99_s"))
+        latency = f"{p50 * 1000:.0f} / {p99 * 1000:.0f}" if p50 is not None and p99 is not None else "-"
+        lines.append(f"| {entry['scenario']} | {entry['engine']} | {_cell(entry, 'created_s')} | "
                      f"{_cell(entry, 'running_s')} | {vs_raw} | {kf} | {_cell(entry, 'cpu_s')} | "
-                     f"{_cell(entry, 'rss_mb', 0)} | {_cell(entry, 'api_requests', 0)} |")
+                     f"{_cell(entry, 'rss_mb', 0)} | {_cell(entry, 'api_requests', 0)} | {latency} |")
     return "\n".join(lines) + "\n"
 
 
@@ -162,6 +179,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sizes", default="64,512", help="ranks per job, comma-separated")
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--engines", default=",".join(ENGINES))
+    parser.add_argument("--jobs", type=int, default=200, help="jobs of 2-8 ranks applied at once (0: skip)")
     parser.add_argument("--timeout", type=float, default=600, help="seconds per run before it counts as missing")
     parser.add_argument("--out", default=str(REPO / "bench" / "results"))
     args = parser.parse_args(argv)
@@ -194,12 +212,21 @@ def main(argv: list[str] | None = None) -> int:
                     row["rep"] = rep
                     print(json.dumps(row), flush=True)
                     rows.append(row)
+        for rep in range(args.reps if args.jobs else 0):
+            order = engines[rep % len(engines):] + engines[:rep % len(engines)]
+            for engine in order:
+                ns = _namespace(core, f"many-{engine}")
+                row = run_many(engine, args.jobs, core, custom, operators, args.timeout, pytorchjob, pod, ns)
+                row.update(scenario=f"{args.jobs} jobs x 2-8", rep=rep)
+                print(json.dumps(row), flush=True)
+                rows.append(row)
     finally:
         ours.stop()
         if peer:
             peer.stop()
         if chart_replicas:
             stack.scale_operator(chart_replicas)  # the chart's operator takes the cluster back
+        kubectl("delete", "nodes", "-l", f"{BENCH_LABEL}=true", "--wait=false")  # ours: leave the pools as found
     meta = {"date": time.strftime("%Y-%m-%d"), "machine": f"{platform.machine()}, {_cores()} cores, "
             f"{platform.system()} {platform.release()}", "reps": args.reps,
             "kubeflow": {"version": "v1.8.1", **(peer.settings if peer else {})},

@@ -10,6 +10,7 @@ import sys
 
 import pytest
 
+from tests.support.cluster import kubectl
 from tests.support.paths import REPO
 
 pytestmark = pytest.mark.integration
@@ -20,24 +21,30 @@ def test_a_tiny_comparison_writes_a_table_with_every_engine(cluster, crds, opera
     operator.stop()  # the benchmark runs its own operator: one per cluster
     try:
         run = subprocess.run([sys.executable, str(REPO / "bench" / "compare.py"), "--sizes", "3", "--reps", "2",
-                              "--timeout", "120", "--out", str(tmp_path)],
+                              "--jobs", "3", "--timeout", "120", "--out", str(tmp_path)],
                              capture_output=True, text=True, timeout=840, cwd=REPO)
     finally:
         operator.start()
     assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-3000:]
+    assert not kubectl("get", "nodes", "-l", "dpjob.io/bench-node=true", "-o", "name").stdout.strip(), \
+        "the benchmark left its kwok nodes behind"
     result = json.loads((tmp_path / "compare.json").read_text())
-    engines = {e["engine"]: e for e in result["summary"]}
-    assert set(engines) == {"raw", "dpjob", "dpjob-nogang", "kubeflow"}
-    for name, entry in engines.items():
-        assert entry["runs"] == 2 and entry["created_s"]["missing"] == entry["running_s"]["missing"] == 0, entry
-        assert 0 < entry["created_s"]["median"] <= entry["running_s"]["median"], entry
-        if name != "raw":  # an operator did the work: it spent CPU and made API requests
-            assert entry["cpu_s"]["median"] > 0 and entry["api_requests"]["median"] > 0, entry
+    for scenario in ("1 job x 3", "3 jobs x 2-8"):
+        engines = {e["engine"]: e for e in result["summary"] if e["scenario"] == scenario}
+        assert set(engines) == {"raw", "dpjob", "dpjob-nogang", "kubeflow"}, scenario
+        for name, entry in engines.items():
+            assert entry["runs"] == 2 and entry["created_s"]["missing"] == entry["running_s"]["missing"] == 0, entry
+            assert 0 < entry["created_s"]["median"] <= entry["running_s"]["median"], entry
+            if name != "raw":  # an operator did the work: it spent CPU, made API requests, reconciled
+                assert entry["cpu_s"]["median"] > 0 and entry["api_requests"]["median"] > 0, entry
+                if scenario.endswith("jobs x 2-8"):
+                    assert entry["reconcile_p50_s"]["median"] <= entry["reconcile_p99_s"]["median"], entry
+    assert {e["ranks"] for e in result["summary"] if e["scenario"] == "3 jobs x 2-8"} == {2 + 3 + 4}
     # The engine order rotates: the first run of each repetition is a different engine.
-    firsts = [r["engine"] for r in result["runs"] if r["rep"] == 0][:1] + \
-             [r["engine"] for r in result["runs"] if r["rep"] == 1][:1]
+    firsts = [next(r["engine"] for r in result["runs"] if r["rep"] == rep) for rep in (0, 1)]
     assert firsts[0] != firsts[1]
     table = (tmp_path / "compare.md").read_text().splitlines()
-    assert table[2].startswith("| ranks | engine | all created | all Running | created vs raw")
-    assert len([line for line in table if line.startswith("| 3 |")]) == 4
+    assert table[2].startswith("| scenario | engine | all created | all Running | created vs raw")
+    assert len([line for line in table if line.startswith("| 1 job x 3 |")]) == 4
+    assert len([line for line in table if line.startswith("| 3 jobs x 2-8 |")]) == 4
     assert result["meta"]["kubeflow"] == {"version": "v1.8.1", "threads": 1, "qps": 20, "burst": 30}
