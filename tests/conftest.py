@@ -97,13 +97,20 @@ def crds(cluster: Path) -> None:
 
 @pytest.fixture(scope="session")
 def _operator_process(cluster: Path, crds) -> Iterator[OperatorProcess]:
+    """The shared process operator. At the end of the session the Helm-installed operator gets back
+    the replicas it had (the tests scale it to zero): after `make test` the dev cluster still
+    reconciles what its user applies."""
+    from devcluster import stack
     from tests.support.operator import OperatorProcess
 
+    chart_replicas = stack.operator_replicas()
     logs = DEVCLUSTER / "logs"
     logs.mkdir(parents=True, exist_ok=True)
     op = OperatorProcess(cluster, logs / "operator-test.log")
     yield op
     op.stop()
+    if chart_replicas and stack.operator_replicas() != chart_replicas:
+        stack.scale_operator(chart_replicas)
 
 
 @pytest.fixture()

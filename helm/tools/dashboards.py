@@ -318,8 +318,9 @@ def operator() -> dict[str, Any]:
              (f"sum(rate(rest_client_rate_limiter_duration_seconds_sum{{{OP}}}[{RI}])) / "
               f"sum(rate(rest_client_rate_limiter_duration_seconds_count{{{OP}}}[{RI}]))", "mean")],
             w=12, unit="s",
-            description="Time requests wait for the client-side token bucket (apiQPS/apiBurst). Sustained "
-                        "waits mean the operator is throttling itself; raise apiQPS if the API server has room.")
+            description="Time requests wait for the client-side token bucket, which exists only when apiQPS > 0 "
+                        "(the default -1 leaves the limit to API Priority and Fairness: no data here). "
+                        "Sustained waits mean the operator is throttling itself.")
 
     variables = [
         _datasource_var(),

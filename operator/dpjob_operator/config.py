@@ -25,7 +25,9 @@ METRICS_AUTH_MODES = ("kubernetes", "none")
 @dataclass(frozen=True)
 class OperatorConfig:
     pools: Mapping[str, PoolConfig] = field(default_factory=lambda: dict(DEFAULT_POOLS))
-    api_qps: float = 100.0            # client-side token bucket (the Python client has none)
+    # A client-side token bucket; <= 0 (the default): none, the API server's Priority and Fairness
+    # decides (k8s/ratelimit.py says why).
+    api_qps: float = -1.0
     api_burst: int = 200
     create_concurrency: int = 32      # pod creations in flight per job
     workers: int = 8                  # jobs reconciled concurrently
@@ -126,6 +128,8 @@ def load_config(path: str | None = None, environ: Mapping[str, str] | None = Non
 
 
 def _validate(cfg: OperatorConfig) -> None:
+    if cfg.api_qps > 0 and cfg.api_burst < 1:
+        raise ValueError(f"apiBurst must be >= 1 when apiQPS > 0, got {cfg.api_burst}")
     if cfg.metrics_auth not in METRICS_AUTH_MODES:
         raise ValueError(f"metricsAuth must be one of {', '.join(METRICS_AUTH_MODES)}, got {cfg.metrics_auth!r}")
     if bool(cfg.metrics_cert_file) != bool(cfg.metrics_key_file):

@@ -17,9 +17,13 @@ RECONCILE_TOTAL = Counter("controller_runtime_reconcile_total", "Reconciliations
                           ["controller", "result"], registry=REGISTRY)
 RECONCILE_ERRORS = Counter("controller_runtime_reconcile_errors_total", "Reconciliations that raised",
                            ["controller"], registry=REGISTRY)
+# controller-runtime's own buckets, so a p99 from this histogram compares with any controller's
+# (with the coarser 1 / 2.5 s bounds a p99 between them read as ~2.47 s whatever it was).
+RECONCILE_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.35, 0.4, 0.45, 0.5, 0.6, 0.7, 0.8,
+                     0.9, 1.0, 1.25, 1.5, 1.75, 2.0, 2.5, 3.0, 3.5, 4.0, 4.5, 5, 6, 7, 8, 9, 10, 15, 20, 25, 30, 40,
+                     50, 60)
 RECONCILE_TIME = Histogram("controller_runtime_reconcile_time_seconds", "Time per reconciliation", ["controller"],
-                           buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60),
-                           registry=REGISTRY)
+                           buckets=RECONCILE_BUCKETS, registry=REGISTRY)
 WORKQUEUE_DEPTH = Gauge("workqueue_depth", "Jobs waiting to be reconciled", ["name"], registry=REGISTRY)
 WORKQUEUE_ADDS = Counter("workqueue_adds_total", "Jobs added to the work queue", ["name"], registry=REGISTRY)
 REST_REQUESTS = Counter("rest_client_requests_total", "Kubernetes API requests by status code and method",

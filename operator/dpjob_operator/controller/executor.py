@@ -190,23 +190,37 @@ class Executor:
         self._table_errors.pop(job.uid, None)
 
     async def _write_rank_tables(self, job: Job, action: ApplyRankTable, restart: int) -> None:
-        """Write each ConfigMap only when its data differs from what we (or a previous operator) wrote."""
+        """Write each ConfigMap only when its data differs from what we (or a previous operator) wrote.
+
+        A table never seen is created straight away (a new job's: one POST, no GET first); a 409
+        means it exists, and only then is it read and claimed. A known table is patched, not
+        POSTed again for a 409, and re-read after ``memo_seconds`` (someone may have changed it)."""
         for cm in build_ranktable_configmaps(job, action.files, restart):
             name = cm["metadata"]["name"]
             memo = (job.uid, name)
             known = self._tables.get(memo)
-            if known is None or time.monotonic() - known[1] > self.memo_seconds:
+            if known is not None and time.monotonic() - known[1] > self.memo_seconds:
                 current = await self._claim_child(job, "ConfigMap", name)
                 known = None if current is None else (current.get("data") or {}, time.monotonic())
-            if known is None or known[0] != cm["data"]:
-                try:
-                    await self.blocking.run(self.kube.apply_configmap, cm)
-                except errors.ApiError as e:
-                    if errors.is_refusal(e) or errors.status_of(e) == 413:  # too large, quota, admission
-                        raise RankTableWriteFailed(name, errors.api_message(e), None) from e
-                    raise  # transient: the worker's backoff retries it
+            if known is None and not await self._table_write(self.kube.create_if_absent, cm):
+                current = await self._claim_child(job, "ConfigMap", name)  # taken: ours, or a conflict
+                if current is None:  # deleted between the 409 and the read: the worker's backoff retries
+                    raise RuntimeError(f"ConfigMap {name} was deleted while being written")
+                known = (current.get("data") or {}, time.monotonic())
+            elif known is None:
+                known = (dict(cm["data"]), time.monotonic())
+            if known[0] != cm["data"]:
+                await self._table_write(self.kube.patch_configmap_data, cm)
                 known = (dict(cm["data"]), time.monotonic())
             self._tables[memo] = known
+
+    async def _table_write(self, write: Callable[[Mapping[str, Any]], Any], cm: Mapping[str, Any]) -> Any:
+        try:
+            return await self.blocking.run(write, cm)
+        except errors.ApiError as e:
+            if errors.is_refusal(e) or errors.status_of(e) == 413:  # too large, quota, admission
+                raise RankTableWriteFailed(cm["metadata"]["name"], errors.api_message(e), None) from e
+            raise  # transient: the worker's backoff retries it
 
     async def _ensure_gang(self, job: Job, action: EnsureGang, _restart: int) -> None:
         await self.gangs.ensure(job, action, functools.partial(self._check_claim, job))

@@ -66,32 +66,36 @@ class Gangs:
 
     async def ensure(self, job: Job, action: EnsureGang, claim: Claim) -> None:
         """Workload (recreated when the gang size changed: it is immutable), then this generation's
-        PodGroup, then drop older generations' PodGroups. Once per gang, remembered."""
+        PodGroup, then drop older generations' PodGroups. Once per gang, remembered.
+
+        Create first, read only on a 409: a new job's gang costs two POSTs, no GET or LIST before
+        them (the round trips a pass waits on are what its latency is made of under load). A
+        first generation has no older PodGroups of this job to drop."""
         if (job.uid, action.restart) in self._pod_groups:
             return
-        name = workload_name(job.name)
-        existing: dict[str, Any] | None = await self.blocking.run(
-            self.kube.get_object, GROUP, VERSION, "workloads", job.namespace, name)
-        if existing is not None:
-            claim("Workload", existing.get("metadata") or {})
-            if not gang_builders.workload_matches(existing, job):
-                await self.blocking.run(self.kube.delete_object, GROUP, VERSION, "workloads", job.namespace, name)
-                existing = None
-        if existing is None:
-            await self._create(job, "Workload", "workloads", gang_builders.build_workload(job), claim)
+        workload = gang_builders.build_workload(job)
+        existing = await self._create(job, "Workload", "workloads", workload, claim)
+        if existing is not None and not gang_builders.workload_matches(existing, job):
+            await self.blocking.run(self.kube.delete_object, GROUP, VERSION, "workloads", job.namespace,
+                                    workload["metadata"]["name"])
+            await self._create(job, "Workload", "workloads", workload, claim)
         group = gang_builders.build_pod_group(job, action.restart)
         await self._create(job, "PodGroup", "podgroups", group, claim)
-        await self._delete_pod_groups(job, keep=group["metadata"]["name"])
+        if action.restart > 0:
+            await self._delete_pod_groups(job, keep=group["metadata"]["name"])
         self._pod_groups.add((job.uid, action.restart))
 
-    async def _create(self, job: Job, kind: str, plural: str, obj: Mapping[str, Any], claim: Claim) -> None:
-        """Create; if the name is taken (409), it must be ours (an earlier pass's) to go on."""
+    async def _create(self, job: Job, kind: str, plural: str, obj: Mapping[str, Any],
+                      claim: Claim) -> dict[str, Any] | None:
+        """Create; None when created. If the name is taken (409) it must be ours (an earlier pass's)
+        to go on (``claim`` raises otherwise), and what is there is returned."""
         if await self.blocking.run(self.kube.create_object, GROUP, VERSION, plural, obj):
-            return
-        current = await self.blocking.run(self.kube.get_object, GROUP, VERSION, plural, job.namespace,
-                                          obj["metadata"]["name"])
+            return None
+        current: dict[str, Any] | None = await self.blocking.run(
+            self.kube.get_object, GROUP, VERSION, plural, job.namespace, obj["metadata"]["name"])
         if current is not None:
             claim(kind, current.get("metadata") or {})
+        return current
 
     async def release(self, job: Job) -> None:
         """Nothing left to schedule: every PodGroup and the Workload of this job go (no one else's)."""

@@ -1,6 +1,6 @@
 """The only place that talks to the Kubernetes API server.
 
-Every call goes through one token bucket (client-side QPS/burst), is counted in
+Every call may go through a client-side token bucket (off unless ``apiQPS`` > 0), is counted in
 ``rest_client_requests_total``, and maps the status codes a reconciler expects (404 on delete,
 409 on create) to plain results instead of exceptions. The official client is synchronous;
 callers run these methods in a bounded thread pool.
@@ -21,7 +21,7 @@ from kubernetes.client.exceptions import ApiException
 
 from dpjob_operator import metrics
 from dpjob_operator.api import constants as c
-from dpjob_operator.k8s.ratelimit import MAX_THROTTLED_RETRIES, TokenBucket, retry_after
+from dpjob_operator.k8s.ratelimit import MAX_THROTTLED_RETRIES, limiter, retry_after
 
 # (connect, read) seconds for every API call; watches set their own, longer read timeout.
 REQUEST_TIMEOUT = (10, 30)
@@ -56,15 +56,15 @@ class KubeClient:
         self.api = api
         self.core = client.CoreV1Api(api)
         self.custom = client.CustomObjectsApi(api)
-        self._bucket = TokenBucket(qps, burst)
+        self._bucket = limiter(qps, burst)
 
     def _call(self, verb: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         # client-go's rule: no call without a deadline. A hung TCP connection (an API server that
         # vanished behind a load balancer) would otherwise hold a worker forever.
         kwargs.setdefault("_request_timeout", REQUEST_TIMEOUT)
         for attempt in range(MAX_THROTTLED_RETRIES + 1):
-            waited = self._bucket.acquire()
-            metrics.RATE_LIMITER_WAIT.labels(verb).observe(waited)
+            if self._bucket is not None:
+                metrics.RATE_LIMITER_WAIT.labels(verb).observe(self._bucket.acquire())
             try:
                 result = fn(*args, **kwargs)
             except ApiException as e:
@@ -180,10 +180,8 @@ class KubeClient:
                 return False
             raise
 
-    def apply_configmap(self, obj: Mapping[str, Any]) -> None:
-        """Create the ConfigMap, or replace its data when it exists (merge patch keeps owner refs)."""
-        if self.create_if_absent(obj):
-            return
+    def patch_configmap_data(self, obj: Mapping[str, Any]) -> None:
+        """Replace an existing ConfigMap's data (a merge patch: owner references and labels stay)."""
         self._call("PATCH", self.core.patch_namespaced_config_map, obj["metadata"]["name"],
                    obj["metadata"]["namespace"], {"data": obj["data"]}, _preload_content=False)
 
