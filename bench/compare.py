@@ -8,12 +8,15 @@ the engines in every repetition so that none always runs on a warmer or busier c
 - **kubeflow**: a PyTorchJob (1 Master + N-1 Workers) on the real training-operator v1.8.1 at its
   defaults (1 worker thread, QPS 20, burst 30; bench/kubeflow.py).
 
-Scenarios: one job of N ranks for each ``--sizes``, and ``--jobs`` jobs of 2 to 8 ranks applied at
-once (bench/many_jobs.py: also each operator's reconcile time p50/p99).
+Scenarios: one job of N ranks for each ``--sizes``; ``--jobs`` jobs of 2 to 8 ranks applied at
+once (bench/many_jobs.py: also each operator's reconcile time p50/p99); a gang restart at each
+``--restart-sizes`` (bench/gang_restart.py); ``--rss-jobs`` jobs once through raw and dpjob for
+the operator's memory; and the CPU of an idle pass over a 4,096 x 8 job (bench/bench_idle_pass.py).
 
-For each: seconds from apply to all N pods created and to all N Running (kwok), and, for the two
-operators, CPU seconds and RSS of the operator process (/proc) and the API requests it made (its
-own ``rest_client_requests_total``). Medians and spread (min-max) over the repetitions; ratios
+For each: seconds from apply to all N pods created and to all N Running (kwok), the API server's
+own request count (every client), and, for the two operators, CPU seconds and RSS (now and peak)
+of the operator process (/proc) and the API requests it made (its own
+``rest_client_requests_total``). Medians and spread (min-max) over the repetitions; ratios
 dpjob / raw and Kubeflow / dpjob. Writes bench/results/compare.json and compare.md.
 
 Run: ``make bench-compare`` or ``python bench/compare.py --sizes 64,512 --reps 3``.
@@ -23,7 +26,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
 import time
 import uuid
@@ -37,14 +39,15 @@ sys.path.insert(0, str(REPO))
 from kubernetes import client, config  # noqa: E402
 
 from bench.bench_operator import BENCH_LABEL, ensure_nodes, job  # noqa: E402
+from bench.gang_restart import run_restart  # noqa: E402
 from bench.kubeflow import TrainingOperator  # noqa: E402
 from bench.many_jobs import run_many  # noqa: E402
-from bench.measure import OperatorSample, PodClock, delete_namespace  # noqa: E402
+from bench.measure import OperatorSample, PodClock, RunMeter, delete_namespace  # noqa: E402
+from bench.report import ENGINES, markdown, summarize  # noqa: E402
 from tests.support.cluster import kubectl  # noqa: E402
 from tests.support.operator import OperatorProcess  # noqa: E402
 from tests.support.paths import DEVCLUSTER, KUBECONFIG  # noqa: E402
 
-ENGINES = ("raw", "dpjob", "dpjob-nogang", "kubeflow")
 RAW_THREADS = 32
 
 
@@ -87,21 +90,17 @@ def submitter(engine: str, core: client.CoreV1Api, custom: client.CustomObjectsA
     return dpjob
 
 
-def run_once(engine: str, n: int, core: client.CoreV1Api, custom: client.CustomObjectsApi,
-             operators: dict[str, OperatorSample], timeout: float) -> dict[str, Any]:
+def run_once(engine: str, n: int, core: client.CoreV1Api, custom: client.CustomObjectsApi, meter: RunMeter,
+             timeout: float) -> dict[str, Any]:
     ns = _namespace(core, f"cmp-{engine}-{n}")
-    sample = operators.get(engine.split("-")[0])
     try:
-        before = sample.read() if sample else None
+        end = meter.begin(engine)
         clock = PodClock(core, ns, n)
         clock.start()
         submitter(engine, core, custom)(ns, n)
         created, running = clock.wait(timeout)
-        row: dict[str, Any] = {"scenario": f"1 job x {n}", "engine": engine, "ranks": n, "created_s": created,
-                               "running_s": running}
-        if sample and before:
-            row.update(sample.read().minus(before))
-        return row
+        return {"scenario": f"1 job x {n}", "engine": engine, "ranks": n, "created_s": created, "running_s": running,
+                **end()}
     finally:
         delete_namespace(core, ns)
 
@@ -112,62 +111,85 @@ def _namespace(core: client.CoreV1Api, prefix: str) -> str:
     return ns
 
 
-def median_spread(values: list[float | None]) -> dict[str, float | None]:
-    got = [v for v in values if v is not None]
-    if not got:
-        return {"median": None, "min": None, "max": None, "missing": len(values)}
-    return {"median": round(statistics.median(got), 3), "min": round(min(got), 3), "max": round(max(got), 3),
-            "missing": len(values) - len(got)}
+def _rotations(engines: list[str], reps: int) -> list[tuple[int, list[str]]]:
+    """Each repetition's engine order, rotated so that none always runs first (on the coolest cluster)."""
+    return [(rep, engines[rep % len(engines):] + engines[:rep % len(engines)]) for rep in range(reps)]
 
 
-METRICS = ("created_s", "running_s", "cpu_s", "rss_mb", "api_requests", "reconcile_p50_s", "reconcile_p99_s")
+def _arguments(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--sizes", default="64,512", help="ranks per job, comma-separated")
+    parser.add_argument("--reps", type=int, default=3)
+    parser.add_argument("--engines", default=",".join(ENGINES))
+    parser.add_argument("--jobs", type=int, default=200, help="jobs of 2-8 ranks applied at once (0: skip)")
+    parser.add_argument("--restart-sizes", default="512", help="gang restart at these sizes ('': skip)")
+    parser.add_argument("--rss-jobs", type=int, default=0,
+                        help="this many jobs of 2-8 ranks through raw and dpjob once, for the operator's memory")
+    parser.add_argument("--dpjob-env", action="append", default=[], metavar="KEY=VALUE",
+                        help="environment of the dpjob operator (e.g. DPJOB_API_QPS=100 to compare a client cap)")
+    parser.add_argument("--timeout", type=float, default=600, help="seconds per run before it counts as missing")
+    parser.add_argument("--out", default=str(REPO / "bench" / "results"))
+    return parser.parse_args(argv)
 
 
-def summarize(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Median and spread per (scenario, engine), scenarios in the order they ran."""
-    out = []
-    for scenario in dict.fromkeys(r["scenario"] for r in rows):
-        for engine in ENGINES:
-            runs = [r for r in rows if r["scenario"] == scenario and r["engine"] == engine]
-            if not runs:
-                continue
-            entry: dict[str, Any] = {"scenario": scenario, "ranks": runs[0]["ranks"], "engine": engine,
-                                     "runs": len(runs)}
-            for key in METRICS:
-                if any(key in r for r in runs):
-                    entry[key] = median_spread([r.get(key) for r in runs])
-            out.append(entry)
-    return out
+def _scenarios(args: argparse.Namespace, engines: list[str], core: client.CoreV1Api,
+               custom: client.CustomObjectsApi, meter: RunMeter) -> list[dict[str, Any]]:
+    """Every run, printed as it finishes (a long benchmark shows progress)."""
+    rows: list[dict[str, Any]] = []
+
+    def record(row: dict[str, Any], rep: int) -> None:
+        row["rep"] = rep
+        print(json.dumps(row), flush=True)
+        rows.append(row)
+
+    def many(engine: str, jobs: int, rep: int) -> None:
+        row = run_many(engine, jobs, core, custom, meter, args.timeout, pytorchjob, pod,
+                       _namespace(core, f"many-{engine}"))
+        record({**row, "scenario": f"{jobs} jobs x 2-8"}, rep)
+
+    for n in (int(s) for s in args.sizes.split(",") if s):
+        for rep, order in _rotations(engines, args.reps):
+            for engine in order:
+                record(run_once(engine, n, core, custom, meter, args.timeout), rep)
+    for rep, order in _rotations(engines, args.reps if args.jobs else 0):
+        for engine in order:
+            many(engine, args.jobs, rep)
+    restartable = [e for e in engines if e != "kubeflow"]  # v1 has no gang restart (bench/gang_restart.py)
+    for n in (int(s) for s in args.restart_sizes.split(",") if s):
+        for rep, order in _rotations(restartable, args.reps):
+            for engine in order:
+                ns = _namespace(core, f"restart-{engine}-{n}")
+                try:
+                    record(run_restart(engine, n, core, submitter(engine, core, custom), meter, args.timeout,
+                                       ns, pod), rep)
+                finally:
+                    delete_namespace(core, ns)
+    for engine in ([e for e in engines if e in ("raw", "dpjob")] if args.rss_jobs else []):
+        many(engine, args.rss_jobs, 0)
+    return rows
 
 
-def _cell(entry: dict[str, Any] | None, key: str, digits: int = 2) -> str:
-    stat = (entry or {}).get(key)
-    if not stat or stat["median"] is None:
-        return "-"
-    return f"{stat['median']:.{digits}f} ({stat['min']:.{digits}f}-{stat['max']:.{digits}f})"
+def _notes(args: argparse.Namespace) -> list[str]:
+    notes = []
+    if args.restart_sizes:
+        notes.append("gang restart: from rank 0 made to fail (kwok, exit 137) to a whole new gang Running. The raw "
+                     "floor replaces the pods itself (one delete-collection, N creates under new names). Kubeflow's "
+                     "PyTorchJob v1 recreates only the failed pod: not comparable, not run.")
+    if args.rss_jobs:
+        notes.append(f"{args.rss_jobs} jobs: one run, raw and dpjob only (the operator's memory with that many jobs).")
+    notes.append("API server requests: the API server's apiserver_request_total during the run, every client "
+                 "(operator, kube-scheduler, kwok, the benchmark's own watch and submissions).")
+    return notes
 
 
-def _ratio(a: dict[str, Any] | None, b: dict[str, Any] | None, key: str) -> str:
-    x, y = ((a or {}).get(key) or {}).get("median"), ((b or {}).get(key) or {}).get("median")
-    return f"{x / y:.2f}x" if x and y else "-"
+def _idle_pass() -> str:
+    """The pure part of an idle pass over a 4,096 x 8 Running job (bench/bench_idle_pass.py)."""
+    sys.path.insert(0, str(REPO / "operator"))
+    from bench.bench_idle_pass import scenario
 
-
-def markdown(summary: list[dict[str, Any]], meta: dict[str, Any]) -> str:
-    lines = [f"Run {meta['date']} on {meta['machine']}; {meta['reps']} repetitions, engine order rotated; "
-             "median (min-max) seconds.", "",
-             "| scenario | engine | all created | all Running | created vs raw | Running: kubeflow / dpjob "
-             "| operator CPU s | operator RSS MB | API requests | reconcile p50 / p99 ms |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
-    for entry in summary:
-        same = {e["engine"]: e for e in summary if e["scenario"] == entry["scenario"]}
-        vs_raw = _ratio(entry, same.get("raw"), "created_s") if entry["engine"] != "raw" else "1.00x"
-        kf = _ratio(same.get("kubeflow"), same.get("dpjob"), "running_s") if entry["engine"] == "kubeflow" else ""
-        p50, p99 = ((entry.get(k) or {}).get("median") for k in ("reconcile_p50_s", "reconcile_p99_s"))
-        latency = f"{p50 * 1000:.0f} / {p99 * 1000:.0f}" if p50 is not None and p99 is not None else "-"
-        lines.append(f"| {entry['scenario']} | {entry['engine']} | {_cell(entry, 'created_s')} | "
-                     f"{_cell(entry, 'running_s')} | {vs_raw} | {kf} | {_cell(entry, 'cpu_s')} | "
-                     f"{_cell(entry, 'rss_mb', 0)} | {_cell(entry, 'api_requests', 0)} | {latency} |")
-    return "\n".join(lines) + "\n"
+    row = scenario("4096 x 8, no rank table", "gpu", 4096, 8, "none")
+    return (f"idle pass (a 4,096 x 8 Running job, nothing changed; bench/bench_idle_pass.py): "
+            f"{row['idle_ms_median']:.2f} ms CPU (first pass {row['cold_ms']:.0f} ms).")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -175,51 +197,30 @@ def main(argv: list[str] | None = None) -> int:
     import signal
 
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # run the finally blocks: stop the operators
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--sizes", default="64,512", help="ranks per job, comma-separated")
-    parser.add_argument("--reps", type=int, default=3)
-    parser.add_argument("--engines", default=",".join(ENGINES))
-    parser.add_argument("--jobs", type=int, default=200, help="jobs of 2-8 ranks applied at once (0: skip)")
-    parser.add_argument("--timeout", type=float, default=600, help="seconds per run before it counts as missing")
-    parser.add_argument("--out", default=str(REPO / "bench" / "results"))
-    args = parser.parse_args(argv)
+    args = _arguments(argv)
     engines = [e for e in args.engines.split(",") if e]
-    sizes = [int(s) for s in args.sizes.split(",")]
+    sizes = [int(s) for s in f"{args.sizes},{args.restart_sizes}".split(",") if s]
     config.load_kube_config(str(KUBECONFIG))
     core, custom = client.CoreV1Api(), client.CustomObjectsApi()
     kubectl("apply", "--server-side", "--force-conflicts", "-f", str(REPO / "crds"))
-    ensure_nodes(core, "cpu", max(2, -(-max(sizes) // 900)), {})
-    from devcluster import stack
+    ensure_nodes(core, "cpu", max(2, -(-max([*sizes, args.rss_jobs * 5]) // 900)), {})
+    from devcluster import cluster, stack
 
     chart_replicas = stack.operator_replicas()
     stack.scale_operator(0)  # the chart's operator would share the work (and the Lease) with ours
     logs = DEVCLUSTER / "logs"
-    ours = OperatorProcess(KUBECONFIG, logs / "operator-compare.log")
+    dpjob_env = dict(kv.split("=", 1) for kv in args.dpjob_env)
+    ours = OperatorProcess(KUBECONFIG, logs / "operator-compare.log", dpjob_env)
     peer = TrainingOperator(kubectl, KUBECONFIG, logs / "training-operator-compare.log") \
         if "kubeflow" in engines else None
-    rows: list[dict[str, Any]] = []
     try:
         ours.start()
         operators = {"dpjob": OperatorSample(ours.proc.pid, f"http://127.0.0.1:{ours.metrics_port}/metrics")}
         if peer:
             peer.start()
             operators["kubeflow"] = OperatorSample(peer.proc.pid, peer.metrics_url)
-        for n in sizes:
-            for rep in range(args.reps):
-                order = engines[rep % len(engines):] + engines[:rep % len(engines)]
-                for engine in order:
-                    row = run_once(engine, n, core, custom, operators, args.timeout)
-                    row["rep"] = rep
-                    print(json.dumps(row), flush=True)
-                    rows.append(row)
-        for rep in range(args.reps if args.jobs else 0):
-            order = engines[rep % len(engines):] + engines[:rep % len(engines)]
-            for engine in order:
-                ns = _namespace(core, f"many-{engine}")
-                row = run_many(engine, args.jobs, core, custom, operators, args.timeout, pytorchjob, pod, ns)
-                row.update(scenario=f"{args.jobs} jobs x 2-8", rep=rep)
-                print(json.dumps(row), flush=True)
-                rows.append(row)
+        control_plane = {name: cluster.read_pid(name) for name in cluster.CONTROL_PLANE}
+        rows = _scenarios(args, engines, core, custom, RunMeter(core, operators, control_plane))
     finally:
         ours.stop()
         if peer:
@@ -227,10 +228,15 @@ def main(argv: list[str] | None = None) -> int:
         if chart_replicas:
             stack.scale_operator(chart_replicas)  # the chart's operator takes the cluster back
         kubectl("delete", "nodes", "-l", f"{BENCH_LABEL}=true", "--wait=false")  # ours: leave the pools as found
+    from dpjob_operator.config import load_config
+
+    cfg = load_config(environ=dpjob_env)
     meta = {"date": time.strftime("%Y-%m-%d"), "machine": f"{platform.machine()}, {_cores()} cores, "
             f"{platform.system()} {platform.release()}", "reps": args.reps,
             "kubeflow": {"version": "v1.8.1", **(peer.settings if peer else {})},
-            "dpjob": {"qps": 100, "burst": 200, "create_concurrency": 32, "workers": 8}}
+            "dpjob": {"qps": cfg.api_qps if cfg.api_qps > 0 else "none (APF)", "create_concurrency":
+                      cfg.create_concurrency, "workers": cfg.workers},
+            "notes": [*_notes(args), _idle_pass()]}
     summary = summarize(rows)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

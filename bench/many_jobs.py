@@ -17,7 +17,7 @@ from typing import Any
 from kubernetes import client
 
 from bench.bench_operator import job
-from bench.measure import OperatorSample, PodClock, delete_namespace
+from bench.measure import PodClock, RunMeter, delete_namespace
 
 RECONCILE = "controller_runtime_reconcile_time_seconds_bucket{"
 
@@ -76,23 +76,22 @@ def _submit(engine: str, core: client.CoreV1Api, custom: client.CustomObjectsApi
 
 
 def run_many(engine: str, jobs: int, core: client.CoreV1Api, custom: client.CustomObjectsApi,
-             operators: dict[str, OperatorSample], timeout: float, pytorchjob: Callable[[int], dict[str, Any]],
+             meter: RunMeter, timeout: float, pytorchjob: Callable[[int], dict[str, Any]],
              raw_pod: Callable[[str, int], dict[str, Any]], ns: str) -> dict[str, Any]:
     """One engine's run of ``jobs`` jobs in namespace ``ns`` (created by the caller, deleted here)."""
     mix = sizes(jobs)
-    sample = operators.get(engine.split("-")[0])
+    sample = meter.operator(engine)
     try:
-        before = sample.read() if sample else None
         hist = buckets(sample.metrics_url) if sample else {}
+        end = meter.begin(engine)
         clock = PodClock(core, ns, sum(mix))
         clock.start()
         with ThreadPoolExecutor(16) as pool:  # jobs arrive together, as from a pipeline's burst
             list(pool.map(lambda jn: _submit(engine, core, custom, pytorchjob, raw_pod, ns, *jn), enumerate(mix)))
         created, running = clock.wait(timeout)
         row: dict[str, Any] = {"engine": engine, "jobs": jobs, "ranks": sum(mix), "created_s": created,
-                               "running_s": running}
-        if sample and before:
-            row.update(sample.read().minus(before))
+                               "running_s": running, **end()}
+        if sample:
             now = buckets(sample.metrics_url)
             row["reconcile_p50_s"] = quantile(0.5, hist, now)
             row["reconcile_p99_s"] = quantile(0.99, hist, now)

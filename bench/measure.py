@@ -3,18 +3,23 @@
 ``PodClock`` watches a namespace's pods (one raw watch, JSON lines parsed without the client's
 model classes, so the observer costs little CPU beside the operators it times) and notes when N
 pods exist and when N are Running. ``OperatorSample`` reads an operator process's CPU seconds
-and RSS from /proc and its API request count from its own ``rest_client_requests_total``
-(dpjob's and controller-runtime's share the name).
+and RSS (now and peak) from /proc and its API request count from its own
+``rest_client_requests_total`` (dpjob's and controller-runtime's share the name).
+``apiserver_requests`` reads the API server's own ``apiserver_request_total``: every client's
+requests (operators, kube-scheduler, kwok, the benchmark), the load the control plane really saw.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import threading
 import time
 import urllib.request
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from kubernetes import client
 
@@ -25,12 +30,24 @@ TICKS = os.sysconf("SC_CLK_TCK")
 class Reading:
     cpu_s: float
     rss_mb: float
+    peak_rss_mb: float
     api_requests: float
 
     def minus(self, before: Reading) -> dict[str, float]:
-        """CPU seconds and requests spent since ``before``; RSS as it is now."""
+        """CPU seconds and requests spent since ``before``; RSS as it is now and the process's peak
+        so far (VmHWM: scenarios grow, so the peak after a scenario is its own in practice)."""
         return {"cpu_s": round(self.cpu_s - before.cpu_s, 3), "rss_mb": round(self.rss_mb, 1),
-                "api_requests": self.api_requests - before.api_requests}
+                "peak_rss_mb": round(self.peak_rss_mb, 1), "api_requests": self.api_requests - before.api_requests}
+
+
+def cpu_seconds(pid: int) -> float | None:
+    """utime + stime of a process; None when it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / TICKS
 
 
 class OperatorSample:
@@ -38,15 +55,14 @@ class OperatorSample:
         self.pid, self.metrics_url = pid, metrics_url
 
     def read(self) -> Reading:
-        with open(f"/proc/{self.pid}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-        cpu = (int(fields[11]) + int(fields[12])) / TICKS  # utime + stime
-        rss = 0.0
+        cpu = cpu_seconds(self.pid) or 0.0
+        kib = {"VmRSS:": 0, "VmHWM:": 0}
         with open(f"/proc/{self.pid}/status") as f:
             for line in f:
-                if line.startswith("VmRSS:"):
-                    rss = int(line.split()[1]) / 1024
-        return Reading(cpu, rss, self._requests())
+                key = line.split(" ", 1)[0].split("\t", 1)[0]
+                if key in kib:
+                    kib[key] = int(line.split()[1])
+        return Reading(cpu, kib["VmRSS:"] / 1024, kib["VmHWM:"] / 1024, self._requests())
 
     def _requests(self) -> float:
         with urllib.request.urlopen(self.metrics_url, timeout=10) as r:
@@ -55,11 +71,72 @@ class OperatorSample:
                    if line.startswith("rest_client_requests_total{"))
 
 
-class PodClock:
-    """Seconds from ``start()`` (just before the work is submitted) to N pods created and Running."""
+def apiserver_requests(core: client.CoreV1Api) -> dict[str, float]:
+    """The API server's ``apiserver_request_total`` by verb and resource (``"POST pods"``,
+    ``"PATCH dataparalleljobs/status"``), summed over codes."""
+    api = core.api_client
+    method, url, headers, body, post = api.param_serialize("GET", "/metrics", auth_settings=["BearerToken"])
+    response = api.call_api(method, url, headers, body, post, _request_timeout=30)
+    response.read()
+    counts: dict[str, float] = {}
+    for line in response.data.decode().splitlines():
+        if line.startswith("apiserver_request_total{"):
+            labels = dict(re.findall(r'(\w+)="([^"]*)"', line))
+            key = f"{labels.get('verb')} {labels.get('resource', '')}" + (
+                f"/{labels['subresource']}" if labels.get("subresource") else "")
+            counts[key] = counts.get(key, 0.0) + float(line.rsplit(" ", 1)[1])
+    return counts
 
-    def __init__(self, core: client.CoreV1Api, ns: str, n: int) -> None:
-        self.core, self.ns, self.n = core, ns, n
+
+def _top(after: dict[str, float], before: dict[str, float], n: int = 12) -> dict[str, float]:
+    """The ``n`` commonest requests during a run (watches excluded: they are long-lived)."""
+    grown = {k: v - before.get(k, 0.0) for k, v in after.items() if not k.startswith("WATCH")}
+    return dict(sorted(((k, v) for k, v in grown.items() if v > 0), key=lambda kv: -kv[1])[:n])
+
+
+class RunMeter:
+    """Everything measured around one run: begun just before the work, ended just after it.
+
+    The operator's own cost (``OperatorSample``), the API server's request count, and the CPU
+    seconds of every control-plane process (``control_plane``: name -> pid, the dev cluster's
+    etcd, kube-apiserver, kube-scheduler, kwok, ...), which says where the time went."""
+
+    def __init__(self, core: client.CoreV1Api, operators: Mapping[str, OperatorSample],
+                 control_plane: Mapping[str, int]) -> None:
+        self.core, self.operators, self.control_plane = core, operators, control_plane
+
+    def operator(self, engine: str) -> OperatorSample | None:
+        return self.operators.get(engine.split("-")[0])
+
+    def _cpu(self) -> dict[str, float]:
+        got = {name: cpu_seconds(pid) for name, pid in self.control_plane.items()}
+        return {name: cpu for name, cpu in got.items() if cpu is not None}
+
+    def begin(self, engine: str) -> Callable[[], dict[str, Any]]:
+        """Read everything now; the returned function reads again and gives the differences."""
+        sample = self.operator(engine)
+        before = sample.read() if sample else None
+        cpu, server = self._cpu(), apiserver_requests(self.core)
+
+        def end() -> dict[str, Any]:
+            now = apiserver_requests(self.core)
+            row: dict[str, Any] = {"apiserver_requests": sum(now.values()) - sum(server.values()),
+                                   "apiserver_top": _top(now, server)}
+            row.update({f"cpu_{name}_s": round(now - cpu[name], 3) for name, now in self._cpu().items() if name in cpu})
+            if sample and before:
+                row.update(sample.read().minus(before))
+            return row
+        return end
+
+
+class PodClock:
+    """Seconds from ``start()`` (just before the work is submitted) to N pods created and Running.
+
+    Pods are counted by UID, and those in ``ignore`` (a gang that was there before) not at all:
+    a restarted gang's pods keep their names."""
+
+    def __init__(self, core: client.CoreV1Api, ns: str, n: int, ignore: frozenset[str] = frozenset()) -> None:
+        self.core, self.ns, self.n, self.ignore = core, ns, n, ignore
         self.created: float | None = None
         self.running: float | None = None
         self._done = threading.Event()
@@ -86,11 +163,11 @@ class PodClock:
                 obj = event.get("object") or {}
                 meta = obj.get("metadata") or {}
                 version = meta.get("resourceVersion") or version
-                name = meta.get("name")
-                if event.get("type") in ("ADDED", "MODIFIED") and name:
-                    seen.add(name)
+                uid = meta.get("uid")
+                if event.get("type") in ("ADDED", "MODIFIED") and uid and uid not in self.ignore:
+                    seen.add(uid)
                     if (obj.get("status") or {}).get("phase") == "Running":
-                        running.add(name)
+                        running.add(uid)
                 now = round(time.perf_counter() - self._t0, 3)
                 if self.created is None and len(seen) >= self.n:
                     self.created = now

@@ -1,6 +1,7 @@
 """The side-by-side benchmark cannot rot: a tiny run of bench/compare.py through all four engines
-(the raw client, dpjob with and without gang scheduling, the real Kubeflow training-operator)
-writes a well-formed table. Not a timed test: the numbers are only checked to exist."""
+(the raw client, dpjob with and without gang scheduling, the real Kubeflow training-operator) and
+every scenario (one job, many jobs, a gang restart) writes a well-formed table. Not a timed test:
+the numbers are only checked to exist and to be consistent."""
 
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ def test_a_tiny_comparison_writes_a_table_with_every_engine(cluster, crds, opera
     operator.stop()  # the benchmark runs its own operator: one per cluster
     try:
         run = subprocess.run([sys.executable, str(REPO / "bench" / "compare.py"), "--sizes", "3", "--reps", "2",
-                              "--jobs", "3", "--timeout", "120", "--out", str(tmp_path)],
+                              "--jobs", "3", "--restart-sizes", "3", "--timeout", "120", "--out", str(tmp_path)],
                              capture_output=True, text=True, timeout=840, cwd=REPO)
     finally:
         operator.start()
@@ -35,16 +36,31 @@ def test_a_tiny_comparison_writes_a_table_with_every_engine(cluster, crds, opera
         for name, entry in engines.items():
             assert entry["runs"] == 2 and entry["created_s"]["missing"] == entry["running_s"]["missing"] == 0, entry
             assert 0 < entry["created_s"]["median"] <= entry["running_s"]["median"], entry
+            assert entry["apiserver_requests"]["median"] >= (2 * 3 if scenario.startswith("1 job") else 9), entry
             if name != "raw":  # an operator did the work: it spent CPU, made API requests, reconciled
                 assert entry["cpu_s"]["median"] > 0 and entry["api_requests"]["median"] > 0, entry
                 if scenario.endswith("jobs x 2-8"):
                     assert entry["reconcile_p50_s"]["median"] <= entry["reconcile_p99_s"]["median"], entry
     assert {e["ranks"] for e in result["summary"] if e["scenario"] == "3 jobs x 2-8"} == {2 + 3 + 4}
+    # A gang restart: a whole new gang ran (the clock counts only pods that did not exist before);
+    # Kubeflow v1 has no gang restart and is not run.
+    restarts = {e["engine"]: e for e in result["summary"] if e["scenario"] == "gang restart x 3"}
+    assert set(restarts) == {"raw", "dpjob", "dpjob-nogang"}
+    for name, entry in restarts.items():
+        assert entry["running_s"]["missing"] == 0 and entry["running_s"]["median"] > 0, entry
+        if name != "raw":
+            assert entry["api_requests"]["median"] >= 2 * 3, entry  # three deletes, three creates at least
     # The engine order rotates: the first run of each repetition is a different engine.
     firsts = [next(r["engine"] for r in result["runs"] if r["rep"] == rep) for rep in (0, 1)]
     assert firsts[0] != firsts[1]
-    table = (tmp_path / "compare.md").read_text().splitlines()
+    lines = (tmp_path / "compare.md").read_text().splitlines()
+    table = lines[:lines.index("", 3)]  # the first table; where the CPU went follows
     assert table[2].startswith("| scenario | engine | all created | all Running | created vs raw")
     assert len([line for line in table if line.startswith("| 1 job x 3 |")]) == 4
     assert len([line for line in table if line.startswith("| 3 jobs x 2-8 |")]) == 4
+    assert len([line for line in table if line.startswith("| gang restart x 3 |")]) == 3
+    assert any(line.startswith("- idle pass (a 4,096 x 8 Running job") for line in lines)
+    cpu = [line for line in lines[len(table):] if line.startswith("| 1 job x 3 |")]
+    assert len(cpu) == 4 and all(float(line.split(" | ")[-1].rstrip(" |")) > 0 for line in cpu), cpu
     assert result["meta"]["kubeflow"] == {"version": "v1.8.1", "threads": 1, "qps": 20, "burst": 30}
+    assert result["meta"]["dpjob"]["qps"] == "none (APF)"

@@ -1,0 +1,51 @@
+"""The comparison's table: every row has the header's columns, ratios are against the same
+scenario's floor, and a run with one repetition shows no fake spread."""
+
+from __future__ import annotations
+
+import pytest
+
+from bench.report import markdown, summarize
+
+pytestmark = pytest.mark.unit
+
+META = {"date": "2026-11-25", "machine": "x86_64, 2 cores", "reps": 2, "dpjob": {"qps": "none (APF)"},
+        "kubeflow": {"version": "v1.8.1"}, "notes": ["a note"]}
+
+
+def _rows() -> list[dict]:
+    rows = []
+    for rep, (raw, dpjob, kf) in enumerate(((1.0, 1.1, 5.0), (1.2, 1.3, 5.2))):
+        rows += [{"scenario": "1 job x 8", "engine": "raw", "ranks": 8, "created_s": raw, "running_s": raw, "rep": rep},
+                 {"scenario": "1 job x 8", "engine": "dpjob", "ranks": 8, "created_s": dpjob, "running_s": dpjob * 2,
+                  "cpu_s": 0.5, "rss_mb": 100.0, "peak_rss_mb": 120.0, "api_requests": 20, "rep": rep},
+                 {"scenario": "1 job x 8", "engine": "kubeflow", "ranks": 8, "created_s": kf, "running_s": kf,
+                  "rep": rep}]
+    rows.append({"scenario": "gang restart x 8", "engine": "dpjob", "ranks": 8, "created_s": 2.0, "running_s": 3.0,
+                 "rep": 0})
+    return rows
+
+
+def test_every_row_has_the_headers_columns_and_ratios_use_the_same_scenario():
+    table = markdown(summarize(_rows()), META).splitlines()
+    rows = [line for line in table if line.startswith("|")]
+    assert len({line.count("|") for line in rows}) == 1, rows
+    dpjob = next(line for line in rows if line.startswith("| 1 job x 8 | dpjob |")).split(" | ")
+    assert dpjob[4] == "1.09x"             # created: 1.2 / 1.1 medians
+    assert dpjob[8] == "100 (120)"         # RSS now (peak)
+    kubeflow = next(line for line in rows if line.startswith("| 1 job x 8 | kubeflow |")).split(" | ")
+    assert kubeflow[6] == "2.12x"          # Running: 5.1 / 2.4
+    restart = next(line for line in rows if line.startswith("| gang restart x 8 |")).split(" | ")
+    assert restart[2] == "2.00" and restart[4] == "-"  # one run: no spread; no floor in it: no ratio
+    assert table[-1] == "- a note"
+
+
+def test_where_the_cpu_went_sums_the_processes_of_each_run():
+    rows = [{"scenario": "1 job x 8", "engine": "dpjob", "ranks": 8, "created_s": 1.0, "running_s": 2.0,
+             "cpu_s": 0.5, "cpu_kube-apiserver_s": 1.0, "cpu_etcd_s": 0.25, "cpu_kube-scheduler_s": 0.25,
+             "cpu_kwok_s": 0.5, "cpu_kube-controller-manager_s": 0.0, "rep": 0},
+            {"scenario": "1 job x 8", "engine": "raw", "ranks": 8, "created_s": 1.0, "running_s": 1.5, "rep": 0}]
+    table = markdown(summarize(rows), META).splitlines()
+    header = table.index(next(line for line in table if line.startswith("| scenario | engine | all Running s")))
+    assert table[header + 2] == "| 1 job x 8 | dpjob | 2.0 | 0.5 | 1.0 | 0.2 | 0.2 | 0.0 | 0.5 | 2.5 |"
+    assert not any(line.startswith("| 1 job x 8 | raw | 1.5 |") for line in table)  # nothing measured for it
