@@ -314,12 +314,12 @@ def operator() -> dict[str, Any]:
             w=12, unit="reqps")
     b.panel("timeseries", "Rate-limiter wait p99 / mean",
             [(f"histogram_quantile(0.99, sum by (le) (rate(rest_client_rate_limiter_duration_seconds_bucket"
-              f"{{{OP}}}[{RI}])))", "p99"),
-             (f"sum(rate(rest_client_rate_limiter_duration_seconds_sum{{{OP}}}[{RI}])) / "
-              f"sum(rate(rest_client_rate_limiter_duration_seconds_count{{{OP}}}[{RI}]))", "mean")],
+              f"{{{OP}}}[{RI}]))) or vector(0)", "p99"),
+             (f"(sum(rate(rest_client_rate_limiter_duration_seconds_sum{{{OP}}}[{RI}])) / "
+              f"sum(rate(rest_client_rate_limiter_duration_seconds_count{{{OP}}}[{RI}]))) or vector(0)", "mean")],
             w=12, unit="s",
-            description="Time requests wait for the client-side token bucket, which exists only when apiQPS > 0 "
-                        "(the default -1 leaves the limit to API Priority and Fairness: no data here). "
+            description="Time requests wait for the client-side token bucket, which exists only when apiQPS > 0; "
+                        "with the default -1 (API Priority and Fairness decides) nothing waits and this reads 0. "
                         "Sustained waits mean the operator is throttling itself.")
 
     variables = [
