@@ -132,7 +132,9 @@ def main() -> int:
     args = parser.parse_args()
     config.load_kube_config(str(KUBECONFIG))
     core, custom = client.CoreV1Api(), client.CustomObjectsApi()
-    kubectl("apply", "--server-side", "--force-conflicts", "-f", str(REPO / "crds"))
+    from devcluster import stack
+
+    stack.apply_crds()
     ensure_nodes(core, "cpu", 2, {})
     ensure_nodes(core, "npu", 16, {"huawei.com/Ascend910": "8"})
     sizes = [int(s) for s in args.sizes.split(",")]

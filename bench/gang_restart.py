@@ -22,8 +22,7 @@ from typing import Any
 from kubernetes import client
 
 from bench.measure import PodClock, RunMeter
-
-FAIL_LABEL = "pod-container-running-failed.stage.kwok.x-k8s.io"
+from tests.support.kwok import fail_pod
 
 
 def _uids(core: client.CoreV1Api, ns: str) -> frozenset[str]:
@@ -32,9 +31,7 @@ def _uids(core: client.CoreV1Api, ns: str) -> frozenset[str]:
 
 def _fail_rank_zero(core: client.CoreV1Api, ns: str) -> None:
     name = next(p.metadata.name for p in core.list_namespaced_pod(ns).items if p.metadata.name.endswith("-rank-0"))
-    core.patch_namespaced_pod(name, ns, {"metadata": {
-        "labels": {FAIL_LABEL: "true"},
-        "annotations": {f"{FAIL_LABEL}/exit-code": "137", f"{FAIL_LABEL}/delay": "100ms"}}})
+    fail_pod(core, ns, name, exit_code=137)
 
 
 def _replace_raw(core: client.CoreV1Api, ns: str, n: int, raw_pod: Callable[[str, int], dict[str, Any]]) -> None:

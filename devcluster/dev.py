@@ -48,6 +48,13 @@ def kubectl(*args: str, check: bool = True) -> subprocess.CompletedProcess:
         raise
 
 
+def apply_crds() -> None:
+    try:
+        stack.apply_crds()
+    except RuntimeError as e:
+        fail(str(e))
+
+
 def ensure_namespace(name: str, timeout: float = 120) -> None:
     """Create the namespace, first waiting out a previous one that is still terminating."""
     deadline = time.monotonic() + timeout
@@ -116,8 +123,7 @@ def simulate(args: argparse.Namespace, t0: float) -> int:
     if subprocess.run([sys.executable, str(REPO / "devcluster" / "cluster.py"), "up", "--bin-dir", args.bin_dir,
                        "--python", sys.executable], env=env).returncode != 0:
         fail("the control plane did not come up either")
-    kubectl("apply", "--server-side", "--force-conflicts", "-f", str(REPO / "crds"))
-    kubectl("wait", "--for=condition=Established", "crd/dataparalleljobs.dpjob.io", "--timeout=60s")
+    apply_crds()
     if not cluster.alive(cluster.read_pid("operator")):
         cluster.start("operator", [sys.executable, "-m", "dpjob_operator"],
                       env={"KUBECONFIG": str(cluster.KUBECONFIG), "PYTHONPATH": stack.source_pythonpath(),
@@ -165,8 +171,7 @@ def main() -> int:
     if not cluster.NODES:
         fail("DPJOB_REAL_NODES=0: this cluster has no node that runs containers, so no job can train; "
              "unset it (the kwok pools only simulate pods)")
-    kubectl("apply", "--server-side", "--force-conflicts", "-f", str(REPO / "crds"))
-    kubectl("wait", "--for=condition=Established", "crd/dataparalleljobs.dpjob.io", "--timeout=60s")
+    apply_crds()
     say(f"installing the operator with Helm: release {stack.RELEASE} in namespace {stack.OPERATOR_NAMESPACE}, "
         "as a pod from its own image")
     try:

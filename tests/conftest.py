@@ -89,10 +89,9 @@ def namespace(core, request) -> Iterator[str]:
 
 @pytest.fixture(scope="session")
 def crds(cluster: Path) -> None:
-    from tests.support.cluster import kubectl
+    from devcluster import stack
 
-    kubectl("apply", "--server-side", "--force-conflicts", "-f", str(REPO / "crds"))
-    kubectl("wait", "--for=condition=Established", "crd/dataparalleljobs.dpjob.io", "--timeout=60s")
+    stack.apply_crds()
 
 
 @pytest.fixture(scope="session")

@@ -8,6 +8,7 @@ import pytest
 from kubernetes import client
 
 from tests.support.cluster import kubectl
+from tests.support.kwok import fail_pod
 from tests.support.waits import wait_until
 
 pytestmark = pytest.mark.integration
@@ -134,10 +135,7 @@ def test_completion_stage_succeeds_a_pod_after_the_delay(core, namespace):
 def test_chaos_label_fails_a_running_pod_on_demand(core, namespace):
     core.create_namespaced_pod(namespace, make_pod("victim"))
     wait_until(lambda: pod_phase(core, namespace, "victim") == "Running", what="victim Running")
-    core.patch_namespaced_pod("victim", namespace, {
-        "metadata": {"labels": {"pod-container-running-failed.stage.kwok.x-k8s.io": "true"},
-                     "annotations": {"pod-container-running-failed.stage.kwok.x-k8s.io/exit-code": "7",
-                                     "pod-container-running-failed.stage.kwok.x-k8s.io/delay": "100ms"}}})
+    fail_pod(core, namespace, "victim", exit_code=7)
     wait_until(lambda: pod_phase(core, namespace, "victim") == "Failed", what="victim Failed")
     term = core.read_namespaced_pod("victim", namespace).status.container_statuses[0].state.terminated
     assert term.exit_code == 7

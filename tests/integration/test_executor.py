@@ -90,7 +90,10 @@ def test_replaying_the_plan_creates_nothing_twice_and_deletes_only_named_pods(ap
     job = _created_job(api, namespace, replicas=2)
     harness.run(job, Plan({}, [EnsureService(), CreatePods((0, 1), 0)]))
     first = {p.metadata.name: p.metadata.uid for p in dpj.rank_pods(core, namespace, "exec")}
-    harness.run(job, Plan({}, [EnsureService(), CreatePods((0, 1), 0)]))  # 409s are not errors
+    harness.run(job, Plan({}, [EnsureService(), CreatePods((0, 1), 0)]))  # awaited: not POSTed again
+    assert harness.executor.expectations.awaited_creations(job.uid, 0) == {"exec-rank-0", "exec-rank-1"}
+    harness.executor.expectations.forget(job.uid)  # as once they time out unseen: the 409s are not errors
+    harness.run(job, Plan({}, [EnsureService(), CreatePods((0, 1), 0)]))
     again = {p.metadata.name: p.metadata.uid for p in dpj.rank_pods(core, namespace, "exec")}
     assert again == first
 
@@ -123,3 +126,25 @@ def test_a_service_or_rank_table_someone_deleted_comes_back_once_the_memo_expire
     harness.run(job, plan)  # a later resync pass
     assert _owned_by(core.read_namespaced_service("exec", namespace), job)
     assert _owned_by(core.read_namespaced_config_map("exec-ranktable", namespace), job)
+
+
+def test_a_rank_table_write_into_a_namespace_being_deleted_is_not_reported_as_a_refusal(api, core, namespace,
+                                                                                        harness):
+    """The namespace's 403 is not the table's fault: the pass is requeued quietly (as for pods), and the
+    job's status never says RankTableWriteFailed for a job that is going away with its namespace."""
+    from kubernetes import client
+
+    from dpjob_operator.k8s import errors
+
+    job = _created_job(api, namespace, replicas=2)
+    hold = client.V1ConfigMap(metadata=client.V1ObjectMeta(name="hold", finalizers=["dpjob.io/test-hold"]))
+    core.create_namespaced_config_map(namespace, hold)  # keeps the namespace Terminating meanwhile
+    try:
+        core.delete_namespace(namespace)
+        table = build_job_rank_tables(job, 0, [])
+        with pytest.raises(errors.ApiError) as raised:
+            harness.run(job, Plan({}, [ApplyRankTable(dict(table.files))]))
+        assert errors.is_namespace_terminating(raised.value), raised.value
+        assert harness.executor.rank_table_write_error(job.uid) is None
+    finally:
+        core.patch_namespaced_config_map("hold", namespace, {"metadata": {"finalizers": None}})

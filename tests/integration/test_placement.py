@@ -8,6 +8,7 @@ import pytest
 from tests.support import cluster as dpj
 from tests.support.builders import JobBuilder
 from tests.support.cluster import wait_pods
+from tests.support.kwok import fail_pod
 from tests.support.waits import wait_until
 
 pytestmark = pytest.mark.integration
@@ -22,9 +23,7 @@ def test_the_gang_restarted_after_a_failure_on_a_tainted_node_avoids_it(api, cor
     before = core.read_node(node).spec.taints or []
     core.patch_node(node, {"spec": {"taints": [*[t.to_dict() for t in before], TAINT]}})
     try:
-        core.patch_namespaced_pod("place-rank-1", namespace, {"metadata": {
-            "labels": {"pod-container-running-failed.stage.kwok.x-k8s.io": "true"},
-            "annotations": {"pod-container-running-failed.stage.kwok.x-k8s.io/delay": "100ms"}}})
+        fail_pod(core, namespace, "place-rank-1")
         st = dpj.wait_status(api, namespace, "place", lambda s: s.get("restarts") == 1, timeout=60,
                              what="the gang restarted after rank 1 failed")
         assert st["avoidNodes"] == {"restart": 1, "nodes": [node],

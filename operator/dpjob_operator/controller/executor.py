@@ -8,19 +8,24 @@ server side too (create-if-absent, 404 on delete is fine), so a lost memo only c
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import logging
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
-from dpjob_operator import metrics
+from dpjob_operator.api.observed import PodObservation
 from dpjob_operator.api.spec import Job
 from dpjob_operator.builders.configmaps import build_ranktable_configmaps
-from dpjob_operator.builders.pods import build_headless_service, build_rank_pod
+from dpjob_operator.builders.pods import build_headless_service
 from dpjob_operator.config import OperatorConfig
 from dpjob_operator.controller.blocking import Blocking
+from dpjob_operator.controller.expectations import Expectations
 from dpjob_operator.controller.gangs import Gangs
+from dpjob_operator.controller.podwriter import PodWriter
+from dpjob_operator.controller.reported import ReportedFailure, ReportedOnce
 from dpjob_operator.controller.timings import Timings
 from dpjob_operator.k8s import errors
 from dpjob_operator.k8s.client import KubeClient
@@ -34,41 +39,32 @@ from dpjob_operator.reconcile.actions import (
     Plan,
     ReleaseGang,
 )
-from dpjob_operator.reconcile.claims import FOREIGN, OURS, PREVIOUS, conflict_message, ownership
+from dpjob_operator.reconcile.claims import OURS, PREVIOUS, conflict_message, ownership
 from dpjob_operator.reconcile.reasons import (
     CONFIGMAP_NAME_CONFLICT,
     CREATED,
-    FAILED_CREATE_POD,
     GANG_NAME_CONFLICT,
-    POD_NAME_CONFLICT,
     RANK_TABLE_READY,
     RANK_TABLE_WRITE_FAILED,
     SERVICE_NAME_CONFLICT,
 )
-from dpjob_operator.reconcile.refusals import create_refused_message
 
 log = logging.getLogger("dpjob.controller")
-# (job, the action, the plan's gang generation): every handler gets the same three.
-Handler = Callable[[Job, Any, int], Awaitable[None]]
 
 
-class ReportedFailure(RuntimeError):
-    """An action the cluster refused. ``report`` is the message to put in the job's status (condition
-    ``condition`` = False with ``reason``) when the user has not been told it yet; else None."""
+@dataclass(frozen=True)
+class PassFacts:
+    """What every handler may need besides its action: the plan's gang generation and the pods the
+    pass observed (a deletion is remembered by pod UID, see controller/expectations.py)."""
 
-    def __init__(self, text: str, report: str | None, reason: str, condition: str) -> None:
-        super().__init__(text)
-        self.report = report
-        self.reason = reason
-        self.condition = condition
+    restart: int
+    pods: Sequence[PodObservation] = ()
 
 
-class PodCreationFailed(ReportedFailure):
-    """Some rank pods could not be created (quota, admission, an invalid template, a name taken)."""
-
-    def __init__(self, failed: int, total: int, server_message: str, report: str | None,
-                 reason: str = FAILED_CREATE_POD) -> None:
-        super().__init__(f"{failed} rank pod creation(s) failed: {server_message}", report, reason, CREATED)
+Handler = Callable[[Job, Any, PassFacts], Awaitable[None]]
+# Actions that depend on no other: a plan's leading run of them is sent at once. The pods come
+# after (they name the PodGroup and mount the rank table), each in plan order.
+INDEPENDENT = (EnsureService, ApplyRankTable, EnsureGang)
 
 
 # Which condition says so when a child's name is taken: without its Service, Workload or PodGroup
@@ -112,7 +108,9 @@ class Executor:
         self._services: dict[str, float] = {}
         self.memo_seconds = 10 * cfg.resync_seconds
         self._tables: dict[tuple[str, str], tuple[dict[str, str], float]] = {}  # (uid, configmap) -> (data, checked)
-        self._refusals: dict[str, str] = {}                       # uid -> pod refusal last reported
+        self.reported = ReportedOnce()                            # uid -> the refusal last reported
+        self.expectations = Expectations()
+        self.pods = PodWriter(cfg, kube, blocking, timings, self.reported, self.expectations)
         self._table_errors: dict[str, tuple[str, str]] = {}       # uid -> (reason, why) the last write failed
         self.handlers: Mapping[type, Handler] = {
             EnsureService: self._ensure_service,
@@ -124,19 +122,34 @@ class Executor:
             DeleteJob: self._delete_job,
         }
 
-    async def execute(self, job: Job, plan: Plan) -> None:
-        """Every action of ``plan``, in order; the first that raises stops the rest (retried next pass)."""
-        restart = int(plan.status.get("restarts", 0))
-        for action in plan.actions:
-            handler = self.handlers.get(type(action))
-            if handler is None:
-                raise TypeError(f"the executor has no handler for {type(action).__name__}")
-            await handler(job, action, restart)
+    async def execute(self, job: Job, plan: Plan, pods: Sequence[PodObservation] = ()) -> None:
+        """Every action of ``plan``, in order (the independent ones it starts with together); the first
+        that raises stops the rest (retried next pass). ``pods``: what the pass observed (the
+        expectations settle against it first)."""
+        self.expectations.settle(job.uid, pods)
+        facts = PassFacts(int(plan.status.get("restarts", 0)), pods)
+        calls = [functools.partial(self._handler(action), job, action, facts) for action in plan.actions]
+        lead = next((i for i, a in enumerate(plan.actions) if not isinstance(a, INDEPENDENT)), len(calls))
+        if lead > 1:  # a new job's Service, rank table and gang: one round trip of latency, not four
+            results = await asyncio.gather(*(call() for call in calls[:lead]), return_exceptions=True)
+            failed = next((r for r in results if isinstance(r, BaseException)), None)
+            if failed is not None:
+                raise failed
+            calls = calls[lead:]
+        for call in calls:
+            await call()
+
+    def _handler(self, action: object) -> Handler:
+        handler = self.handlers.get(type(action))
+        if handler is None:
+            raise TypeError(f"the executor has no handler for {type(action).__name__}")
+        return handler
 
     def forget(self, uid: str) -> None:
         """Drop every memo of a deleted job, so a long-lived operator does not grow."""
         self._services.pop(uid, None)
-        self._refusals.pop(uid, None)
+        self.reported.clear(uid)
+        self.expectations.forget(uid)
         self._table_errors.pop(uid, None)
         for memo in [k for k in self._tables if k[0] == uid]:
             del self._tables[memo]
@@ -144,7 +157,7 @@ class Executor:
 
     # ---- one handler per action ------------------------------------------------------------
 
-    async def _ensure_service(self, job: Job, _action: EnsureService, _restart: int) -> None:
+    async def _ensure_service(self, job: Job, _action: EnsureService, _facts: PassFacts) -> None:
         checked = self._services.get(job.uid)
         if checked is None or time.monotonic() - checked > self.memo_seconds:
             service = build_headless_service(job)
@@ -168,19 +181,17 @@ class Executor:
         if verdict == PREVIOUS:
             raise WaitingForPrevious(f"{kind} {meta.get('name')} still belongs to a previous job named {job.name}")
         message = conflict_message(kind, meta)
-        report = None if self._refusals.get(job.uid) == message else message
-        self._refusals[job.uid] = message
-        raise ChildConflict(kind, message, report)
+        raise ChildConflict(kind, message, self.reported.first_time(job.uid, message))
 
     def rank_table_write_error(self, uid: str) -> tuple[str, str] | None:
         """(reason, message) of the job's last failed rank-table write, until one succeeds (for the
         planner: the condition must not say Ready, or Waiting, while the pods cannot read it)."""
         return self._table_errors.get(uid)
 
-    async def _apply_rank_table(self, job: Job, action: ApplyRankTable, restart: int) -> None:
+    async def _apply_rank_table(self, job: Job, action: ApplyRankTable, facts: PassFacts) -> None:
         """Write the table; a refusal or a name conflict is remembered (the planner reports it)."""
         try:
-            await self._write_rank_tables(job, action, restart)
+            await self._write_rank_tables(job, action, facts.restart)
         except (RankTableWriteFailed, ChildConflict) as failure:
             error = (failure.reason, str(failure))
             if self._table_errors.get(job.uid) != error:
@@ -218,73 +229,24 @@ class Executor:
         try:
             return await self.blocking.run(write, cm)
         except errors.ApiError as e:
+            if errors.is_namespace_terminating(e):
+                raise  # not the table's fault: the namespace and the job are going away (quiet requeue)
             if errors.is_refusal(e) or errors.status_of(e) == 413:  # too large, quota, admission
                 raise RankTableWriteFailed(cm["metadata"]["name"], errors.api_message(e), None) from e
             raise  # transient: the worker's backoff retries it
 
-    async def _ensure_gang(self, job: Job, action: EnsureGang, _restart: int) -> None:
+    async def _ensure_gang(self, job: Job, action: EnsureGang, _facts: PassFacts) -> None:
         await self.gangs.ensure(job, action, functools.partial(self._check_claim, job))
 
-    async def _release_gang(self, job: Job, _action: ReleaseGang, _restart: int) -> None:
+    async def _release_gang(self, job: Job, _action: ReleaseGang, _facts: PassFacts) -> None:
         await self.gangs.release(job)
 
-    async def _delete_pods(self, job: Job, action: DeletePods, _restart: int) -> None:
-        # A pod that would not go is retried on the next pass (it is still observed, still stale).
-        grace = 0 if action.force else None  # force: the node is down and will never confirm
-        results = await self.blocking.bounded([functools.partial(self.kube.delete_pod, job.namespace, name, grace)
-                                               for name in action.names])
-        failures = [r for r in results if isinstance(r, BaseException)]
-        metrics.PODS_DELETED.labels(action.reason).inc(sum(1 for r in results if r is True))
-        if failures:  # never counted as done: the pass fails and is retried with backoff
-            raise failures[0]
-
-    async def _delete_job(self, job: Job, action: DeleteJob, _restart: int) -> None:
+    async def _delete_job(self, job: Job, action: DeleteJob, _facts: PassFacts) -> None:
         log.info("deleting %s/%s: %s", job.namespace, job.name, action.reason)
         await self.blocking.run(self.kube.delete_job, job.namespace, job.name)
 
-    async def _claim_existing(self, job: Job, names: list[str]) -> None:
-        """A 409 on create: the name is taken. Ours (an earlier pass made it) is fine; anyone else's
-        is never adopted (the Job controller's rule): the user hears which pod blocks which rank."""
-        for name in names:
-            body = await self.blocking.run(self.kube.read_raw, "Pod", job.namespace, name)
-            meta = (body or {}).get("metadata") or {}
-            if body is None or ownership(meta, job.uid, job.name) != FOREIGN:
-                continue  # gone, ours, or a previous job's still terminating: the planner waits
-            owner = next((str(ref.get("uid")) for ref in meta.get("ownerReferences") or [] if ref.get("controller")),
-                         "none")
-            message = (f"pod {name} exists but is not controlled by this job (controller uid {owner}); "
-                       f"delete it or rename the job: the operator never adopts a pod")
-            report = None
-            if self._refusals.get(job.uid) != message:
-                self._refusals[job.uid] = message
-                report = message
-            raise PodCreationFailed(1, len(names), message, report, POD_NAME_CONFLICT)
+    async def _create_pods(self, job: Job, action: CreatePods, _facts: PassFacts) -> None:
+        await self.pods.create(job, action)
 
-    async def _create_pods(self, job: Job, action: CreatePods, _restart: int) -> None:
-        """Create the missing ranks in parallel; a failure raises ``PodCreationFailed`` after all were tried."""
-        pool = self.cfg.pools[job.spec.accelerator]
-        pods = [build_rank_pod(job, i, action.restart, pool, self.cfg.cluster_domain, action.pod_group,
-                               action.avoid_nodes) for i in action.indexes]
-        self.timings.gang_started(job.uid, action.restart)
-        results = await self.blocking.bounded([functools.partial(self.kube.create_pod, pod) for pod in pods])
-        metrics.PODS_CREATED.inc(sum(1 for r in results if r is True))
-        failures = [r for r in results if isinstance(r, BaseException)]
-        taken = [pod["metadata"]["name"] for pod, r in zip(pods, results, strict=True) if r is False]
-        if taken and not failures:
-            await self._claim_existing(job, taken)
-        if not failures:
-            self._refusals.pop(job.uid, None)
-            self.timings.gang_created(job.uid, action.restart)
-            return
-        first = failures[0]
-        if errors.is_namespace_terminating(first):
-            raise first  # not the user's template: the namespace is going away
-        server_message = errors.api_message(first)
-        report = None
-        if errors.is_refusal(first):
-            # The cluster refused the pod (quota, admission, invalid template): the user must hear it, once.
-            message = create_refused_message(len(failures), len(pods), server_message)
-            if self._refusals.get(job.uid) != message:
-                self._refusals[job.uid] = message
-                report = message
-        raise PodCreationFailed(len(failures), len(pods), server_message, report)
+    async def _delete_pods(self, job: Job, action: DeletePods, facts: PassFacts) -> None:
+        await self.pods.delete(job, action, facts.pods)

@@ -37,6 +37,7 @@ class Gangs:
         self.blocking = blocking
         self.supported = False                         # the server schedules PodGroups
         self._pod_groups: set[tuple[str, int]] = set()  # (uid, restart) whose Workload and PodGroup exist
+        self._workloads: dict[str, dict[str, Any]] = {}  # uid -> the Workload last made sure of
 
     async def detect(self, mode: str) -> bool:
         """Whether to gang-schedule at all: the operator's config allows it and the server serves PodGroups."""
@@ -74,16 +75,21 @@ class Gangs:
         if (job.uid, action.restart) in self._pod_groups:
             return
         workload = gang_builders.build_workload(job)
-        existing = await self._create(job, "Workload", "workloads", workload, claim)
-        if existing is not None and not gang_builders.workload_matches(existing, job):
-            await self.blocking.run(self.kube.delete_object, GROUP, VERSION, "workloads", job.namespace,
-                                    workload["metadata"]["name"])
-            await self._create(job, "Workload", "workloads", workload, claim)
+        if self._workloads.get(job.uid) != workload:  # a restart of the same gang size: no POST, no 409
+            await self._ensure_workload(job, workload, claim)
         group = gang_builders.build_pod_group(job, action.restart)
         await self._create(job, "PodGroup", "podgroups", group, claim)
         if action.restart > 0:
             await self._delete_pod_groups(job, keep=group["metadata"]["name"])
         self._pod_groups.add((job.uid, action.restart))
+
+    async def _ensure_workload(self, job: Job, workload: dict[str, Any], claim: Claim) -> None:
+        existing = await self._create(job, "Workload", "workloads", workload, claim)
+        if existing is not None and not gang_builders.workload_matches(existing, job):
+            await self.blocking.run(self.kube.delete_object, GROUP, VERSION, "workloads", job.namespace,
+                                    workload["metadata"]["name"])
+            await self._create(job, "Workload", "workloads", workload, claim)
+        self._workloads[job.uid] = workload
 
     async def _create(self, job: Job, kind: str, plural: str, obj: Mapping[str, Any],
                       claim: Claim) -> dict[str, Any] | None:
@@ -119,3 +125,4 @@ class Gangs:
 
     def forget(self, uid: str) -> None:
         self._pod_groups = {g for g in self._pod_groups if g[0] != uid}
+        self._workloads.pop(uid, None)

@@ -21,13 +21,15 @@ from datetime import UTC, datetime
 from typing import Any
 
 from dpjob_operator import metrics
+from dpjob_operator.api.observed import PodObservation
 from dpjob_operator.api.spec import Job, SpecError, parse_job
 from dpjob_operator.config import OperatorConfig
 from dpjob_operator.controller.blocking import Blocking
-from dpjob_operator.controller.executor import Executor, ReportedFailure
+from dpjob_operator.controller.executor import Executor
 from dpjob_operator.controller.gangs import Gangs
 from dpjob_operator.controller.observer import Observer
 from dpjob_operator.controller.progress import ProgressReader
+from dpjob_operator.controller.reported import ReportedFailure
 from dpjob_operator.controller.sweeper import JobSweeper
 from dpjob_operator.controller.timings import Timings
 from dpjob_operator.controller.workqueue import WorkQueue
@@ -171,10 +173,6 @@ class Controller:
         """Why the controller cannot make progress any more (liveness), or None."""
         return self.pods.stuck(WATCH_SILENCE_LIMIT) or self.queue.stuck(PASS_LIMIT)
 
-    @property
-    def gangs_supported(self) -> bool:
-        return self.gangs.supported
-
     async def _worker(self) -> None:
         while True:
             key = await self.queue.get()
@@ -235,7 +233,7 @@ class Controller:
         if plan.status != status:
             await self._write_status(key, body, plan.status)
         await self._post_events(body, plan.events)  # the status now says what they announce
-        await self._execute(key, job, body, plan)
+        await self._execute(key, job, body, plan, seen.pods)
         self.timings.observe_pass(job, status, plan)
         if table is not None and table.write_error and self.executor.rank_table_write_error(job.uid) is None:
             return 0.0  # the table is stored now: say so at once instead of at the next resync
@@ -254,11 +252,12 @@ class Controller:
             due.append(plan.wake_after + 0.05)
         return min(due)
 
-    async def _execute(self, key: JobKey, job: Job, body: dict[str, Any], plan: Plan) -> None:
+    async def _execute(self, key: JobKey, job: Job, body: dict[str, Any], plan: Plan,
+                       pods: Sequence[PodObservation]) -> None:
         """The plan's actions; refused pods are written into the status (then announced) before the
         failure goes on to the worker's backoff."""
         try:
-            await self.executor.execute(job, plan)
+            await self.executor.execute(job, plan, pods)
         except ReportedFailure as failure:
             if failure.report is not None:
                 current = self.jobs.get(key, body)
