@@ -64,6 +64,9 @@ def submit_raw(core: client.CoreV1Api, ns: str, n: int) -> None:
         list(pool.map(lambda i: core.create_namespaced_pod(ns, pod(ns, i), _preload_content=False), range(n)))
 
 
+NO_TABLE_ABOVE = 2048
+
+
 def pytorchjob(n: int) -> dict[str, Any]:
     def replicas(count: int) -> dict[str, Any]:
         return {"replicas": count, "restartPolicy": "OnFailure", "template": {"spec": {
@@ -86,6 +89,8 @@ def submitter(engine: str, core: client.CoreV1Api, custom: client.CustomObjectsA
     def dpjob(ns: str, n: int) -> None:
         body = job("cmp", n)
         body["spec"]["runPolicy"] = {"gangScheduling": "Disabled" if engine == "dpjob-nogang" else "Auto"}
+        if n > NO_TABLE_ABOVE:  # the CRD refuses a generic table over 1 MiB (about 3,290 ranks of 1 process)
+            body["spec"]["rankTable"] = {"format": "none"}
         custom.create_namespaced_custom_object("dpjob.io", "v1alpha1", ns, "dataparalleljobs", body)
     return dpjob
 
@@ -171,6 +176,9 @@ def _scenarios(args: argparse.Namespace, engines: list[str], core: client.CoreV1
 
 def _notes(args: argparse.Namespace) -> list[str]:
     notes = []
+    if any(int(n) > NO_TABLE_ABOVE for n in f"{args.sizes},{args.restart_sizes}".split(",") if n):
+        notes.append(f"over {NO_TABLE_ABOVE} ranks dpjob runs with rankTable.format none: its CRD refuses a generic "
+                     "rank table that would not fit in a ConfigMap (1 MiB), and Kubeflow writes none either.")
     if args.restart_sizes:
         notes.append("gang restart: from rank 0 made to fail (kwok, exit 137) to a whole new gang Running. The raw "
                      "floor replaces the pods itself (one delete-collection, N creates under new names). Kubeflow's "
@@ -193,7 +201,6 @@ def _idle_pass() -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    import platform
     import signal
 
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # run the finally blocks: stop the operators
@@ -206,11 +213,10 @@ def main(argv: list[str] | None = None) -> int:
 
     stack.apply_crds()
     ensure_nodes(core, "cpu", max(2, -(-max([*sizes, args.rss_jobs * 5]) // 900)), {})
-
     chart_replicas = stack.operator_replicas()
     stack.scale_operator(0)  # the chart's operator would share the work (and the Lease) with ours
     logs = DEVCLUSTER / "logs"
-    from dpjob_operator.config import OperatorConfig, load_config
+    from dpjob_operator.config import OperatorConfig
 
     # The operator as shipped (the test harness's 5 s resync would make 1,000 jobs cost 200 passes a
     # second: that is the tests' choice, not the product's); --dpjob-env overrides any of it.
@@ -227,20 +233,31 @@ def main(argv: list[str] | None = None) -> int:
             operators["kubeflow"] = OperatorSample(peer.proc.pid, peer.metrics_url)
         control_plane = {name: cluster.read_pid(name) for name in cluster.CONTROL_PLANE}
         rows = _scenarios(args, engines, core, custom, RunMeter(core, operators, control_plane))
+        _write(args, rows, _meta(args, dpjob_env, peer))  # before giving the cluster back: nothing lost
     finally:
         ours.stop()
         if peer:
             peer.stop()
-        if chart_replicas:
-            stack.scale_operator(chart_replicas)  # the chart's operator takes the cluster back
         kubectl("delete", "nodes", "-l", f"{BENCH_LABEL}=true", "--wait=false")  # ours: leave the pools as found
+        stack.give_back_operator(chart_replicas)  # the chart's operator takes the cluster back
+    return 0
+
+
+def _meta(args: argparse.Namespace, dpjob_env: dict[str, str], peer: TrainingOperator | None) -> dict[str, Any]:
+    import platform
+
+    from dpjob_operator.config import load_config
+
     cfg = load_config(environ=dpjob_env)
-    meta = {"date": time.strftime("%Y-%m-%d"), "machine": f"{platform.machine()}, {_cores()} cores, "
+    return {"date": time.strftime("%Y-%m-%d"), "machine": f"{platform.machine()}, {_cores()} cores, "
             f"{platform.system()} {platform.release()}", "reps": args.reps,
             "kubeflow": {"version": "v1.8.1", **(peer.settings if peer else {})},
             "dpjob": {"qps": cfg.api_qps if cfg.api_qps > 0 else "none (APF)", "create_concurrency":
                       cfg.create_concurrency, "workers": cfg.workers, "resync_s": cfg.resync_seconds},
             "notes": [*_notes(args), _idle_pass()]}
+
+
+def _write(args: argparse.Namespace, rows: list[dict[str, Any]], meta: dict[str, Any]) -> None:
     summary = summarize(rows)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -248,7 +265,6 @@ def main(argv: list[str] | None = None) -> int:
     table = markdown(summary, meta)
     (out / "compare.md").write_text(table)
     print(table)
-    return 0
 
 
 def _cores() -> int:

@@ -18,7 +18,7 @@ import threading
 import time
 import urllib.request
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from kubernetes import client
@@ -32,12 +32,16 @@ class Reading:
     rss_mb: float
     peak_rss_mb: float
     api_requests: float
+    by_call: Mapping[str, float] = field(default_factory=dict)  # "POST 409" -> count
 
-    def minus(self, before: Reading) -> dict[str, float]:
-        """CPU seconds and requests spent since ``before``; RSS as it is now and the process's peak
-        so far (VmHWM: scenarios grow, so the peak after a scenario is its own in practice)."""
+    def minus(self, before: Reading) -> dict[str, Any]:
+        """CPU seconds and requests spent since ``before`` (also by method and status code: a 409
+        on POST is a pod created twice); RSS as it is now and the process's peak so far (VmHWM:
+        scenarios grow, so the peak after a scenario is its own in practice)."""
+        calls = {k: v - before.by_call.get(k, 0.0) for k, v in self.by_call.items()}
         return {"cpu_s": round(self.cpu_s - before.cpu_s, 3), "rss_mb": round(self.rss_mb, 1),
-                "peak_rss_mb": round(self.peak_rss_mb, 1), "api_requests": self.api_requests - before.api_requests}
+                "peak_rss_mb": round(self.peak_rss_mb, 1), "api_requests": self.api_requests - before.api_requests,
+                "operator_calls": {k: v for k, v in sorted(calls.items(), key=lambda kv: -kv[1]) if v > 0}}
 
 
 def cpu_seconds(pid: int) -> float | None:
@@ -62,13 +66,20 @@ class OperatorSample:
                 key = line.split(" ", 1)[0].split("\t", 1)[0]
                 if key in kib:
                     kib[key] = int(line.split()[1])
-        return Reading(cpu, kib["VmRSS:"] / 1024, kib["VmHWM:"] / 1024, self._requests())
+        calls = self._requests()
+        return Reading(cpu, kib["VmRSS:"] / 1024, kib["VmHWM:"] / 1024, sum(calls.values()), calls)
 
-    def _requests(self) -> float:
+    def _requests(self) -> dict[str, float]:
+        """``rest_client_requests_total`` by "METHOD code" (dpjob's and controller-runtime's alike)."""
         with urllib.request.urlopen(self.metrics_url, timeout=10) as r:
             text = r.read().decode()
-        return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
-                   if line.startswith("rest_client_requests_total{"))
+        calls: dict[str, float] = {}
+        for line in text.splitlines():
+            if line.startswith("rest_client_requests_total{"):
+                labels = dict(re.findall(r'(\w+)="([^"]*)"', line))
+                key = f"{labels.get('method')} {labels.get('code')}"
+                calls[key] = calls.get(key, 0.0) + float(line.rsplit(" ", 1)[1])
+        return calls
 
 
 def apiserver_requests(core: client.CoreV1Api) -> dict[str, float]:

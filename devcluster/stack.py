@@ -164,6 +164,21 @@ def scale_operator(replicas: int, timeout: float = 120) -> None:
     raise RuntimeError(f"the operator did not reach {replicas} ready replica(s) in {timeout:.0f}s")
 
 
+def give_back_operator(replicas: int, timeout: float = 120) -> None:
+    """Scale the Helm-installed operator back to ``replicas`` after a test or benchmark run took the
+    cluster. If the image its release names is no longer the one built here (a rebuild since, e.g.
+    ``make bench-compare``'s cluster-up, replaced it on the node: tags are content hashes), upgrade
+    the release to the current image first: scaled up as it was, its pod would sit in
+    ImagePullBackOff and the dev cluster would reconcile nothing."""
+    if replicas <= 0 or not operator_installed():
+        return
+    deployed = kubectl("-n", OPERATOR_NAMESPACE, "get", "deployment", OPERATOR_DEPLOYMENT, "-o",
+                       "jsonpath={.spec.template.spec.containers[0].image}", check=False).stdout.strip()
+    if deployed != node_images("operator")["operator"]:
+        install_operator()
+    scale_operator(replicas, timeout)
+
+
 def operator_pod() -> dict | None:
     pods = json.loads(kubectl("-n", OPERATOR_NAMESPACE, "get", "pods", "-l", "app.kubernetes.io/name=dpjob-operator",
                               "-o", "json").stdout)["items"]

@@ -109,7 +109,7 @@ def _operator_process(cluster: Path, crds) -> Iterator[OperatorProcess]:
     yield op
     op.stop()
     if chart_replicas and stack.operator_replicas() != chart_replicas:
-        stack.scale_operator(chart_replicas)
+        stack.give_back_operator(chart_replicas)
 
 
 @pytest.fixture()
