@@ -42,7 +42,10 @@ def test_a_foreign_pod_holding_a_rank_name_is_reported_and_never_adopted(api, co
     cond = wait_until(conflict, timeout=60, what="Created=False/PodNameConflict")
     assert cond["status"] == "False" and "train-rank-0" in cond["message"] and "never adopts" in cond["message"]
     assert "PodNameConflict" in dpj.event_reasons(namespace, "train")
-    wait_until(lambda: core.read_namespaced_pod("train-rank-1", namespace), timeout=60, what="rank 1 created")
+    # The status (and so the conflict) is written before the pass creates rank 1: wait for it by listing,
+    # as a read would 404 in between (and wait_until lets exceptions through).
+    wait_until(lambda: [p for p in dpj.rank_pods(core, namespace, "train") if p.metadata.name == "train-rank-1"],
+               timeout=60, what="rank 1 created")
     still = core.read_namespaced_pod("train-rank-0", namespace)
     assert still.metadata.uid == foreign.metadata.uid and not still.metadata.owner_references
     assert dpj.status(api, namespace, "train").get("phase") not in ("Running", "Succeeded", "Failed")

@@ -148,3 +148,54 @@ def test_a_rank_table_write_into_a_namespace_being_deleted_is_not_reported_as_a_
         assert harness.executor.rank_table_write_error(job.uid) is None
     finally:
         core.patch_namespaced_config_map("hold", namespace, {"metadata": {"finalizers": None}})
+
+
+def _gang_job(api: Any, namespace: str, harness: Harness) -> Job:
+    from dpjob_operator.builders.gang import SCHEDULING_GROUP, SCHEDULING_VERSION
+
+    gangs = harness.executor.gangs
+    harness.loop.run_until_complete(gangs.detect("auto"))
+    assert gangs.supported, f"the test cluster serves {SCHEDULING_GROUP}/{SCHEDULING_VERSION} podgroups"
+    return parse_job(dpj.create(api, namespace, JobBuilder("exec", namespace).replicas(2).obj()))
+
+
+def test_a_workload_someone_deleted_comes_back_with_the_next_gang_once_the_memo_expires(api, namespace, harness):
+    from kubernetes import client
+
+    from dpjob_operator.builders.gang import SCHEDULING_GROUP, SCHEDULING_VERSION
+    from dpjob_operator.reconcile.actions import EnsureGang
+
+    objects = client.CustomObjectsApi(api)
+    job = _gang_job(api, namespace, harness)
+    harness.run(job, Plan({}, [EnsureGang(0, 2)]))
+    objects.delete_namespaced_custom_object(SCHEDULING_GROUP, SCHEDULING_VERSION, namespace, "workloads", "exec")
+    harness.executor.gangs.memo_seconds = 0.0
+    harness.run(job, Plan({"restarts": 1}, [EnsureGang(1, 2)]))
+    workload = objects.get_namespaced_custom_object(SCHEDULING_GROUP, SCHEDULING_VERSION, namespace, "workloads",
+                                                    "exec")
+    assert workload["metadata"]["ownerReferences"][0]["uid"] == job.uid
+
+
+def test_the_schedulers_verdict_is_read_once_per_poll_however_many_passes_ask(api, namespace, harness):
+    """Every pod event of an unbound gang prompts a pass; the PodGroup is read at most once per poll."""
+    from dpjob_operator.api.names import pod_group_name
+    from dpjob_operator.api.observed import PodObservation
+    from dpjob_operator.reconcile.actions import EnsureGang
+
+    job = _gang_job(api, namespace, harness)
+    harness.run(job, Plan({}, [EnsureGang(0, 2)]))
+    gangs = harness.executor.gangs
+    reads: list[str] = []
+    get_object = gangs.kube.get_object
+
+    def counted(*args: Any) -> Any:
+        reads.append(args[-1])
+        return get_object(*args)
+
+    gangs.kube.get_object = counted  # type: ignore[method-assign]  # the real call, counted
+    unbound = [PodObservation(name=f"exec-rank-{i}", uid=f"u{i}", index=i, restart=0, phase="Pending",
+                              pod_group=pod_group_name("exec", 0)) for i in range(2)]
+    for _ in range(20):
+        observation, awaiting = harness.loop.run_until_complete(gangs.observe(job, 0, unbound))
+        assert awaiting == (observation.scheduled is None)
+    assert reads == [pod_group_name("exec", 0)]

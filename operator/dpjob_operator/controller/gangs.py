@@ -2,7 +2,9 @@
 
 Creating them is remembered per (job uid, generation), so a steady job costs no API call per
 pass; the scheduler's verdict is read from the PodGroup only while some rank of it is unbound,
-the one moment it can tell us something the pods do not.
+the one moment it can tell us something the pods do not, and then at most once per
+``VERDICT_POLL_SECONDS``: a 4,096-rank gang binding for three minutes prompts a pass at every pod
+event, and reading the PodGroup in each made 1,100 GETs of one object.
 
 Claimed by controller UID like every child (``reconcile/claims.py``): a Workload or PodGroup of
 our name that this job does not control is never used, replaced or deleted; ``claim`` (the
@@ -12,6 +14,7 @@ executor's) raises to wait for a previous job's or to report anyone else's.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -29,15 +32,22 @@ from dpjob_operator.reconcile.claims import OURS, ownership
 log = logging.getLogger("dpjob.controller")
 Claim = Callable[[str, Mapping[str, Any]], None]  # (kind, metadata): returns if ours, else raises
 GROUP, VERSION = gang_builders.SCHEDULING_GROUP, gang_builders.SCHEDULING_VERSION
+# The scheduler's verdict is not watched: it is polled this often while a rank is unbound.
+VERDICT_POLL_SECONDS = 5.0
 
 
 class Gangs:
-    def __init__(self, kube: KubeClient, blocking: Blocking) -> None:
+    def __init__(self, kube: KubeClient, blocking: Blocking, memo_seconds: float = 300.0,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self.kube = kube
         self.blocking = blocking
+        self.memo_seconds = memo_seconds  # a Workload known this long ago is made sure of again
+        self._clock = clock
         self.supported = False                         # the server schedules PodGroups
         self._pod_groups: set[tuple[str, int]] = set()  # (uid, restart) whose Workload and PodGroup exist
-        self._workloads: dict[str, dict[str, Any]] = {}  # uid -> the Workload last made sure of
+        self._workloads: dict[str, tuple[dict[str, Any], float]] = {}  # uid -> (Workload made sure of, when)
+        # uid -> (restart, the verdict on its PodGroup, when it was read)
+        self._verdicts: dict[str, tuple[int, dict[str, Any] | None, float]] = {}
 
     async def detect(self, mode: str) -> bool:
         """Whether to gang-schedule at all: the operator's config allows it and the server serves PodGroups."""
@@ -55,15 +65,24 @@ class Gangs:
         return gang_builders.gang_enabled(job, self.supported)
 
     async def observe(self, job: Job, gen: int, pods: Sequence[PodObservation]) -> tuple[GangObservation, bool]:
-        """The scheduler's verdict on the gang, read only while some rank of our PodGroup is unbound;
-        and whether we are still waiting for its first verdict (then the job is looked at again soon)."""
+        """The scheduler's verdict on the gang, read only while some rank of our PodGroup is unbound
+        (and then reused for ``VERDICT_POLL_SECONDS``); and whether we are still waiting for its first
+        verdict (then the job is looked at again soon)."""
         unbound = [p for p in pods if p.restart == gen and not p.deleting and not p.node and p.pod_group]
         verdict = None
         if unbound and (job.uid, gen) in self._pod_groups:
-            group = await self.blocking.run(self.kube.get_object, GROUP, VERSION, "podgroups", job.namespace,
-                                            pod_group_name(job.name, gen))
-            verdict = gang_builders.pod_group_condition(group)
+            verdict = await self._verdict(job, gen)
         return GangObservation(gang_builders.gang_min_count(job), verdict), bool(unbound) and verdict is None
+
+    async def _verdict(self, job: Job, gen: int) -> dict[str, Any] | None:
+        known = self._verdicts.get(job.uid)
+        if known is not None and known[0] == gen and self._clock() - known[2] < VERDICT_POLL_SECONDS:
+            return known[1]
+        group = await self.blocking.run(self.kube.get_object, GROUP, VERSION, "podgroups", job.namespace,
+                                        pod_group_name(job.name, gen))
+        verdict = gang_builders.pod_group_condition(group)
+        self._verdicts[job.uid] = (gen, verdict, self._clock())
+        return verdict
 
     async def ensure(self, job: Job, action: EnsureGang, claim: Claim) -> None:
         """Workload (recreated when the gang size changed: it is immutable), then this generation's
@@ -75,7 +94,10 @@ class Gangs:
         if (job.uid, action.restart) in self._pod_groups:
             return
         workload = gang_builders.build_workload(job)
-        if self._workloads.get(job.uid) != workload:  # a restart of the same gang size: no POST, no 409
+        known = self._workloads.get(job.uid)
+        # A restart of the same gang size soon after: no POST, no 409. Later, or resized: made sure of
+        # again, so a Workload someone deleted comes back with the next gang.
+        if known is None or known[0] != workload or self._clock() - known[1] > self.memo_seconds:
             await self._ensure_workload(job, workload, claim)
         group = gang_builders.build_pod_group(job, action.restart)
         await self._create(job, "PodGroup", "podgroups", group, claim)
@@ -89,7 +111,7 @@ class Gangs:
             await self.blocking.run(self.kube.delete_object, GROUP, VERSION, "workloads", job.namespace,
                                     workload["metadata"]["name"])
             await self._create(job, "Workload", "workloads", workload, claim)
-        self._workloads[job.uid] = workload
+        self._workloads[job.uid] = (workload, self._clock())
 
     async def _create(self, job: Job, kind: str, plural: str, obj: Mapping[str, Any],
                       claim: Claim) -> dict[str, Any] | None:
@@ -126,3 +148,4 @@ class Gangs:
     def forget(self, uid: str) -> None:
         self._pod_groups = {g for g in self._pod_groups if g[0] != uid}
         self._workloads.pop(uid, None)
+        self._verdicts.pop(uid, None)

@@ -26,7 +26,7 @@ from dpjob_operator.api.spec import Job, SpecError, parse_job
 from dpjob_operator.config import OperatorConfig
 from dpjob_operator.controller.blocking import Blocking
 from dpjob_operator.controller.executor import Executor
-from dpjob_operator.controller.gangs import Gangs
+from dpjob_operator.controller.gangs import VERDICT_POLL_SECONDS, Gangs
 from dpjob_operator.controller.observer import Observer
 from dpjob_operator.controller.progress import ProgressReader
 from dpjob_operator.controller.reported import ReportedFailure
@@ -42,8 +42,6 @@ from dpjob_operator.reconcile.refusals import create_refused_status, invalid_spe
 
 log = logging.getLogger("dpjob.controller")
 JobKey = tuple[str, str]
-# The scheduler's first verdict on a PodGroup is not watched: look again this soon while it is due.
-VERDICT_POLL_SECONDS = 5.0
 
 
 def _rv(body: dict[str, Any]) -> int:
@@ -71,7 +69,7 @@ class Controller:
         self.pods = PodCache(kube, self.pod_changed, cfg.namespaces)
         self.jobs: dict[JobKey, dict[str, Any]] = {}
         self.queue: WorkQueue[JobKey] = WorkQueue(metrics.CONTROLLER, loop)
-        self.gangs = Gangs(kube, self.blocking)
+        self.gangs = Gangs(kube, self.blocking, memo_seconds=10 * cfg.resync_seconds)
         self.timings = Timings()
         self.progress = ProgressReader(self.enqueue)  # called on the loop: a new step enqueues the job
         self.observer = Observer(self.pods, self.gangs, self.progress, kube, self.blocking, cfg)
