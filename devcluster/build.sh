@@ -99,8 +99,23 @@ build_etcd() {
   go build -mod=mod -ldflags "-s -w" -o "$BIN/etcd" go.etcd.io/etcd/server/v3
 }
 
+# kwok is built from a copy of its module with devcluster/patches/kwok-<version>-*.patch applied
+# (why, in each patch's header); the patches' checksum is kept next to the binary, so a changed
+# patch rebuilds kwok alone.
+PATCHES="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/patches"
+kwok_patches_sum() { cat "$PATCHES"/kwok-"$KWOK_VERSION"-*.patch 2>/dev/null | sha256sum | cut -c1-16; }
+kwok_current() { have kwok && [ "$(cat "$BIN/kwok.patches" 2>/dev/null)" = "$(kwok_patches_sum)" ]; }
 build_kwok() {
-  GOBIN="$BIN" go install -ldflags "-s -w -X sigs.k8s.io/kwok/pkg/consts.Version=v$KWOK_VERSION" "sigs.k8s.io/kwok/cmd/kwok@v$KWOK_VERSION"
+  local src dir="$WORK/kwok-src" p
+  src=$(go env GOMODCACHE)/sigs.k8s.io/kwok@v$KWOK_VERSION
+  [ -d "$src" ] || (cd "$WORK" && go mod download "sigs.k8s.io/kwok@v$KWOK_VERSION")
+  rm -rf "$dir"; cp -r "$src" "$dir"; chmod -R u+w "$dir"; cd "$dir"
+  for p in "$PATCHES"/kwok-"$KWOK_VERSION"-*.patch; do
+    [ -e "$p" ] || continue
+    echo "applying $p"; git apply "$p"
+  done
+  go build -mod=mod -ldflags "-s -w -X sigs.k8s.io/kwok/pkg/consts.Version=v$KWOK_VERSION" -o "$BIN/kwok" ./cmd/kwok
+  kwok_patches_sum >"$BIN/kwok.patches"
 }
 
 build_helm() {
@@ -170,7 +185,7 @@ link_tool() {  # tools of their own version live outside the k8s-keyed bin direc
 start=$(date +%s)
 todo=()
 have etcd || todo+=("etcd 2 build_etcd")
-have kwok || todo+=("kwok 4 build_kwok")
+kwok_current || todo+=("kwok 4 build_kwok")
 have helm || todo+=("helm 3 build_helm")
 [ -x "$TOOLS/coredns-$COREDNS_VERSION/coredns" ] || todo+=("coredns 3 build_coredns")
 [ -x "$TOOLS/prometheus-$PROMETHEUS_MODULE_VERSION/prometheus" ] || todo+=("prometheus 4 build_prometheus")

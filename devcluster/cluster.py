@@ -140,6 +140,25 @@ def alive(pid: int | None) -> bool:
         return False
 
 
+def audit_flags() -> list[str]:
+    """DPJOB_AUDIT=1: the API server logs who created, deleted and bound which pod (JSON lines in
+    .devcluster/logs/audit.log), to tell the operator's requests from the scheduler's, the kubelet's
+    (kwok's) and the garbage collector's when a benchmark's request counts do not add up."""
+    if os.environ.get("DPJOB_AUDIT") != "1":
+        return []
+    policy = RUN / "audit-policy.yaml"
+    policy.write_text("""apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: [RequestReceived]
+rules:
+- level: Metadata
+  verbs: [create, delete, deletecollection]
+  resources: [{group: "", resources: [pods, pods/binding]}]
+- level: None
+""")
+    return [f"--audit-policy-file={policy}", f"--audit-log-path={LOGS / 'audit.log'}", "--audit-log-maxsize=500"]
+
+
 def start(component: str, argv: list[str], env: dict[str, str] | None = None) -> int:
     """Start one component in its own session (so it survives the caller) and record its pid."""
     with open(LOGS / f"{component}.log", "ab") as logf:  # the child keeps its own copy of the fd
@@ -457,6 +476,7 @@ def up(bin_dir: Path, python: str | None) -> None:
     ]
     if adv.startswith("127."):
         apiserver.append("--endpoint-reconciler-type=none")
+    apiserver += audit_flags()
     start("kube-apiserver", apiserver)
     wait_until("kube-apiserver /readyz", lambda: api_get("/readyz")[0] == 200, 90, "kube-apiserver")
 

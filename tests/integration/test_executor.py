@@ -8,13 +8,13 @@ here was made by the executor under test.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
 import pytest
 
-from dpjob_operator.api.observed import RankTableOutcome, observe_pod
+from dpjob_operator.api.observed import PodObservation, RankTableOutcome, observe_pod
 from dpjob_operator.api.pools import DEFAULT_POOLS
 from dpjob_operator.api.spec import Job, parse_job
 from dpjob_operator.builders.configmaps import build_job_rank_tables
@@ -28,6 +28,7 @@ from dpjob_operator.reconcile.actions import ApplyRankTable, CreatePods, DeleteP
 from dpjob_operator.reconcile.planner import plan_job
 from tests.support import cluster as dpj
 from tests.support.builders import JobBuilder
+from tests.support.waits import wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -41,8 +42,8 @@ class Harness:
         blocking = Blocking(self.loop, max_workers=4, concurrency=8)
         self.executor = Executor(OperatorConfig(), kube, blocking, Gangs(kube, blocking), Timings())
 
-    def run(self, job: Job, plan: Plan) -> None:
-        self.loop.run_until_complete(self.executor.execute(job, plan))
+    def run(self, job: Job, plan: Plan, pods: Sequence[PodObservation] = ()) -> None:
+        self.loop.run_until_complete(self.executor.execute(job, plan, pods))
 
 
 @pytest.fixture
@@ -100,6 +101,23 @@ def test_replaying_the_plan_creates_nothing_twice_and_deletes_only_named_pods(ap
     harness.run(job, Plan({}, [DeletePods(("exec-rank-1",), "test")]))
     left = {p.metadata.name: bool(p.metadata.deletion_timestamp) for p in dpj.rank_pods(core, namespace, "exec")}
     assert left.get("exec-rank-0") is False and left.get("exec-rank-1", True) is True
+
+
+def test_a_delete_planned_from_an_old_view_never_hits_the_new_pod_of_that_name(api, core, namespace, harness):
+    """Rank pod names come back with every gang: a DELETE planned from a cache that still shows the
+    old pod carries its UID, so the new pod of the same name survives (the kubelet's rule)."""
+    job = _created_job(api, namespace, replicas=1)
+    harness.run(job, Plan({}, [CreatePods((0,), 0)]))
+    raw = core.api_client.sanitize_for_serialization(dpj.rank_pods(core, namespace, "exec"))
+    old_view = [o for o in (observe_pod(p) for p in raw) if o is not None]
+    core.delete_namespaced_pod("exec-rank-0", namespace, grace_period_seconds=0)
+    wait_until(lambda: not dpj.rank_pods(core, namespace, "exec"), what="the old pod gone")
+    harness.executor.expectations.forget(job.uid)
+    harness.run(job, Plan({}, [CreatePods((0,), 0)]))
+    new_uid = dpj.rank_pods(core, namespace, "exec")[0].metadata.uid
+    harness.run(job, Plan({}, [DeletePods(("exec-rank-0",), "test")]), old_view)
+    survivor = core.read_namespaced_pod("exec-rank-0", namespace)
+    assert survivor.metadata.uid == new_uid and survivor.metadata.deletion_timestamp is None
 
 
 def test_observed_pods_round_trip_into_the_planner(api, core, namespace, harness):
@@ -199,3 +217,21 @@ def test_the_schedulers_verdict_is_read_once_per_poll_however_many_passes_ask(ap
         observation, awaiting = harness.loop.run_until_complete(gangs.observe(job, 0, unbound))
         assert awaiting == (observation.scheduled is None)
     assert reads == [pod_group_name("exec", 0)]
+
+
+def test_a_namespace_being_deleted_is_told_from_an_active_one(api, core, namespace):
+    """What keeps a namespace deletion from restarting its gangs: read from the real API server."""
+    from kubernetes import client
+
+    from dpjob_operator.k8s.namespaces import namespace_terminating
+
+    kube = KubeClient(api, qps=50, burst=100)
+    assert namespace_terminating(kube, namespace) is False
+    assert namespace_terminating(kube, "no-such-namespace-here") is True
+    hold = client.V1ConfigMap(metadata=client.V1ObjectMeta(name="hold", finalizers=["dpjob.io/test-hold"]))
+    core.create_namespaced_config_map(namespace, hold)  # keeps the namespace Terminating meanwhile
+    try:
+        core.delete_namespace(namespace)
+        assert namespace_terminating(kube, namespace) is True
+    finally:
+        core.patch_namespaced_config_map("hold", namespace, {"metadata": {"finalizers": None}})

@@ -75,6 +75,12 @@ and kopf use). Shared by the ClusterRole and the per-namespace Roles.
 - apiGroups: [""]
   resources: [events]
   verbs: [create, patch]
+# The job's own namespace, read (never written) only when a running gang loses a rank: a namespace
+# being deleted takes its jobs along, so their gangs are not restarted (k8s/namespaces.py). A
+# namespaced install's RoleBinding grants it for that namespace alone.
+- apiGroups: [""]
+  resources: [namespaces]
+  verbs: [get]
 # The jobs: kopf lists and watches them; the operator deletes finished jobs after their TTL.
 - apiGroups: [dpjob.io]
   resources: [dataparalleljobs]

@@ -27,6 +27,7 @@ from dpjob_operator.controller.blocking import Blocking
 from dpjob_operator.controller.gangs import Gangs
 from dpjob_operator.controller.progress import ProgressReader, Target
 from dpjob_operator.k8s.client import KubeClient
+from dpjob_operator.k8s.namespaces import namespace_terminating
 from dpjob_operator.k8s.nodes import node_state
 from dpjob_operator.k8s.podcache import PodCache
 
@@ -39,6 +40,8 @@ class Observation:
     awaiting_verdict: bool = False        # a PodGroup the scheduler has not judged yet
     progress: ProgressView | None = None  # None: rank 0 is not being read (the job is not Running)
     nodes: NodeView | None = None         # the nodes of rank pods stuck Terminating (usually none)
+    # The namespace is being deleted (read only when a running gang lost a rank): no pass then.
+    namespace_terminating: bool = False
 
 
 def rank_table_outcome(job: Job, gen: int, pods: Sequence[PodObservation]) -> RankTableOutcome | None:
@@ -105,6 +108,16 @@ def nodes_to_judge(pods: Sequence[PodObservation], gen: int, now: datetime, stuc
     return out
 
 
+def lost_a_rank(job: Job, gen: int, pods: Sequence[PodObservation], phase: str | None) -> bool:
+    """A rank of the running gang is being deleted or gone: someone else deleted it, or its namespace
+    is going away (the only case in which the namespace is read)."""
+    if phase != "Running":
+        return False
+    replicas = job.spec.replicas
+    current = [p for p in pods if p.owner_uid == job.uid and p.restart == gen and p.index < replicas]
+    return any(p.deleting for p in current) or len({p.index for p in current}) < replicas
+
+
 class Observer:
     def __init__(self, pods: PodCache, gangs: Gangs, progress: ProgressReader, kube: KubeClient,
                  blocking: Blocking, cfg: OperatorConfig) -> None:
@@ -130,6 +143,9 @@ class Observer:
     async def observe(self, job: Job, gen: int, phase: str | None = None) -> Observation:
         """What the cluster holds for generation ``gen`` (the job's ``status.restarts``) in ``phase``."""
         pods = self.pods.pods_for(job.namespace, job.name)
+        if lost_a_rank(job, gen, pods, phase) and await self.blocking.run(namespace_terminating, self.kube,
+                                                                          job.namespace):
+            return Observation(pods, None, None, namespace_terminating=True)
         outcome = self.rank_tables.outcome(job, gen, pods)
         progress = self.progress.watch(job.uid, progress_target(job, gen, phase, pods))
         nodes = await self._nodes(job, gen, pods, phase)

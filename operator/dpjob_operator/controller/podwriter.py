@@ -72,9 +72,10 @@ class PodWriter:
         awaited = self.expectations.awaited_deletions(job.uid)
         names = [name for name in action.names if name not in awaited]
         grace = 0 if action.force else None  # force: the node is down and will never confirm
-        results = await self.blocking.bounded([functools.partial(self.kube.delete_pod, job.namespace, name, grace)
-                                               for name in names])
         uids = {p.name: p.uid for p in observed if p.owner_uid == job.uid and p.name in names}
+        # By UID: the pod the plan saw, never a newer one of the same name (the next gang's rank).
+        results = await self.blocking.bounded([functools.partial(self.kube.delete_pod, job.namespace, name, grace,
+                                                                 uids.get(name)) for name in names])
         accepted = [name for name, r in zip(names, results, strict=True) if r is True]
         self.expectations.deleted(job.uid, {uids[name]: name for name in accepted if name in uids})
         metrics.PODS_DELETED.labels(action.reason).inc(len(accepted))

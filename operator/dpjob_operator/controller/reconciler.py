@@ -223,6 +223,8 @@ class Controller:
         status = dict(body.get("status") or {})
         now = datetime.now(UTC)
         seen = await self.observer.observe(job, int(status.get("restarts", 0)), status.get("phase"))
+        if seen.namespace_terminating:
+            return None  # the job goes with its namespace: no restart, no write (its DELETED event follows)
         table = seen.rank_table
         if table is not None:
             table = dataclasses.replace(table, write_error=self.executor.rank_table_write_error(job.uid))

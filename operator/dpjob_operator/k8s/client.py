@@ -113,14 +113,19 @@ class KubeClient:
         body: dict[str, Any] = json.loads(resp.data)
         return body
 
-    def delete_pod(self, namespace: str, name: str, grace_seconds: int | None = None) -> bool:
+    def delete_pod(self, namespace: str, name: str, grace_seconds: int | None = None, uid: str | None = None) -> bool:
+        """Delete the pod ``name``; with ``uid``, only if it is still that pod (a precondition), as the
+        kubelet does: a rank pod's name comes back with the next gang, and a delete planned from a
+        trailing cache must not hit the new pod. False: that pod is gone already."""
         try:
-            body = client.V1DeleteOptions(grace_period_seconds=grace_seconds, propagation_policy="Background")
+            preconditions = client.V1Preconditions(uid=uid) if uid else None
+            body = client.V1DeleteOptions(grace_period_seconds=grace_seconds, propagation_policy="Background",
+                                          preconditions=preconditions)
             self._call("DELETE", self.core.delete_namespaced_pod, name, namespace, body=body,
                        _preload_content=False)
             return True
         except ApiException as e:
-            if e.status == 404:
+            if e.status == 404 or (e.status == 409 and uid):
                 return False
             raise
 
