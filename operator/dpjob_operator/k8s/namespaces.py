@@ -8,30 +8,16 @@ into a namespace that refuses them (403). Never written.
 
 from __future__ import annotations
 
-import json
-import logging
-
-from kubernetes.client.exceptions import ApiException
-
 from dpjob_operator.k8s.client import KubeClient
+from dpjob_operator.k8s.optional_read import FORBIDDEN, GONE, read_optional
 
-log = logging.getLogger("dpjob.k8s")
-_warned_forbidden = False
+_FORBIDDEN = "may not get namespaces (RBAC): a namespace being deleted may restart its gangs first"
 
 
 def namespace_terminating(kube: KubeClient, name: str) -> bool:
     """True when the namespace is Terminating or gone; False when Active or not readable (403: an
     install without the permission restarts the gang as before, and says so once)."""
-    global _warned_forbidden
-    try:
-        resp = kube.call("GET", kube.core.read_namespace, name, _preload_content=False)
-    except ApiException as e:
-        if e.status == 404:
-            return True
-        if e.status == 403:
-            if not _warned_forbidden:
-                log.warning("may not get namespaces (RBAC): a namespace being deleted may restart its gangs first")
-                _warned_forbidden = True
-            return False
-        raise
-    return bool((json.loads(resp.data).get("status") or {}).get("phase") == "Terminating")
+    code, body = read_optional(kube, kube.core.read_namespace, name, _FORBIDDEN)
+    if code in (GONE, FORBIDDEN):
+        return code == GONE
+    return bool((body.get("status") or {}).get("phase") == "Terminating")

@@ -2,17 +2,13 @@
 
 from __future__ import annotations
 
-import json
-import logging
 from typing import Any
-
-from kubernetes.client.exceptions import ApiException
 
 from dpjob_operator.api.observed import NODE_GONE, NODE_NOT_READY, NODE_READY, NODE_UNKNOWN
 from dpjob_operator.k8s.client import KubeClient
+from dpjob_operator.k8s.optional_read import FORBIDDEN, GONE, read_optional
 
-log = logging.getLogger("dpjob.k8s")
-_warned_forbidden = False
+_FORBIDDEN = "may not get nodes (RBAC): ranks stuck Terminating are reported, never force-deleted"
 
 
 def node_health(kube: KubeClient, name: str) -> str:
@@ -23,19 +19,11 @@ def node_health(kube: KubeClient, name: str) -> str:
 
 def node_state(kube: KubeClient, name: str) -> tuple[str, list[dict[str, Any]]]:
     """(health as in ``node_health``, the node's taints)."""
-    global _warned_forbidden
-    try:
-        resp = kube.call("GET", kube.core.read_node, name, _preload_content=False)
-    except ApiException as e:
-        if e.status == 404:
-            return NODE_GONE, []
-        if e.status == 403:
-            if not _warned_forbidden:
-                log.warning("may not get nodes (RBAC): ranks stuck Terminating are reported, never force-deleted")
-                _warned_forbidden = True
-            return NODE_UNKNOWN, []
-        raise
-    body = json.loads(resp.data)
+    code, body = read_optional(kube, kube.core.read_node, name, _FORBIDDEN)
+    if code == GONE:
+        return NODE_GONE, []
+    if code == FORBIDDEN:
+        return NODE_UNKNOWN, []
     conditions = (body.get("status") or {}).get("conditions") or []
     ready = next((c.get("status") for c in conditions if c.get("type") == "Ready"), None)
     taints: list[dict[str, Any]] = (body.get("spec") or {}).get("taints") or []
