@@ -62,7 +62,8 @@ def submit_raw(core: client.CoreV1Api, ns: str, n: int) -> None:
     from concurrent.futures import ThreadPoolExecutor
 
     with ThreadPoolExecutor(RAW_THREADS) as pool:
-        list(pool.map(lambda i: core.create_namespaced_pod(ns, pod(ns, i), _preload_content=False), range(n)))
+        # .data: read to the end, or urllib3 does not reuse the connection (a TLS handshake per pod)
+        list(pool.map(lambda i: core.create_namespaced_pod(ns, pod(ns, i), _preload_content=False).data, range(n)))
 
 
 # The CRD's own size rule (builders/ranktable/size.py): above it a generic table is refused at apply.
@@ -210,6 +211,9 @@ def main(argv: list[str] | None = None) -> int:
     engines = [e for e in args.engines.split(",") if e]
     sizes = [int(s) for s in f"{args.sizes},{args.restart_sizes}".split(",") if s]
     config.load_kube_config(str(KUBECONFIG))
+    submitting = client.Configuration.get_default_copy()
+    submitting.connection_pool_maxsize = 64  # one kept connection per submitting thread (the default is 5 per core)
+    client.Configuration.set_default(submitting)
     core, custom = client.CoreV1Api(), client.CustomObjectsApi()
     from devcluster import cluster, stack
 

@@ -40,7 +40,7 @@ def _replace_raw(core: client.CoreV1Api, ns: str, n: int, raw_pod: Callable[[str
     def create(i: int) -> None:
         body = raw_pod(ns, i)
         body["metadata"]["name"] = f"raw-r1-{i}"
-        core.create_namespaced_pod(ns, body, _preload_content=False)
+        _ = core.create_namespaced_pod(ns, body, _preload_content=False).data  # read: the connection is reused
 
     with ThreadPoolExecutor(32) as pool:
         list(pool.map(create, range(n)))

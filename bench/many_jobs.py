@@ -4,7 +4,9 @@ Each engine gets the same mix (job j has 2 + j % 7 ranks): the raw floor creates
 itself; dpjob gets DataParallelJobs, Kubeflow PyTorchJobs. Measured: seconds to all pods created
 and all Running, and each operator's reconcile time p50/p99 during the run, read from
 ``controller_runtime_reconcile_time_seconds`` (dpjob exports controller-runtime's name) as
-Prometheus' ``histogram_quantile`` would compute them from the bucket increments.
+Prometheus' ``histogram_quantile`` would compute them from the bucket increments. Beside it, the
+p99 of the operator's API calls (client-go's ``rest_client_request_duration_seconds``, all verbs):
+how much of a slow pass is the API server answering slowly.
 """
 
 from __future__ import annotations
@@ -20,19 +22,20 @@ from bench.bench_operator import job
 from bench.measure import PodClock, RunMeter, delete_namespace
 
 RECONCILE = "controller_runtime_reconcile_time_seconds_bucket{"
+REQUESTS = "rest_client_request_duration_seconds_bucket{"
 
 
 def sizes(jobs: int) -> list[int]:
     return [2 + j % 7 for j in range(jobs)]
 
 
-def buckets(metrics_url: str) -> dict[float, float]:
-    """Cumulative bucket counts by upper bound, summed over controllers."""
+def buckets(metrics_url: str, series: str = RECONCILE) -> dict[float, float]:
+    """Cumulative bucket counts of the histogram ``series`` by upper bound, summed over its labels."""
     with urllib.request.urlopen(metrics_url, timeout=10) as r:
         text = r.read().decode()
     out: dict[float, float] = {}
     for line in text.splitlines():
-        if line.startswith(RECONCILE):
+        if line.startswith(series):
             labels, value = line.rsplit(" ", 1)
             le = labels.split('le="', 1)[1].split('"', 1)[0]
             bound = float("inf") if le == "+Inf" else float(le)
@@ -64,7 +67,7 @@ def _submit(engine: str, core: client.CoreV1Api, custom: client.CustomObjectsApi
         for i in range(n):
             body = raw_pod(ns, i)
             body["metadata"]["name"] = f"raw-{j}-{i}"
-            core.create_namespaced_pod(ns, body, _preload_content=False)
+            _ = core.create_namespaced_pod(ns, body, _preload_content=False).data  # read: the connection is reused
     elif engine == "kubeflow":
         body = pytorchjob(n)
         body["metadata"]["name"] = f"j{j}"
@@ -83,6 +86,7 @@ def run_many(engine: str, jobs: int, core: client.CoreV1Api, custom: client.Cust
     sample = meter.operator(engine)
     try:
         hist = buckets(sample.metrics_url) if sample else {}
+        calls = buckets(sample.metrics_url, REQUESTS) if sample else {}
         end = meter.begin(engine)
         clock = PodClock(core, ns, sum(mix))
         clock.start()
@@ -95,6 +99,7 @@ def run_many(engine: str, jobs: int, core: client.CoreV1Api, custom: client.Cust
             now = buckets(sample.metrics_url)
             row["reconcile_p50_s"] = quantile(0.5, hist, now)
             row["reconcile_p99_s"] = quantile(0.99, hist, now)
+            row["api_call_p99_s"] = quantile(0.99, calls, buckets(sample.metrics_url, REQUESTS))
         return row
     finally:
         delete_namespace(core, ns)

@@ -7,7 +7,7 @@ from typing import Any
 
 ENGINES = ("raw", "dpjob", "dpjob-nogang", "kubeflow")
 METRICS = ("created_s", "running_s", "cpu_s", "rss_mb", "peak_rss_mb", "api_requests", "apiserver_requests",
-           "reconcile_p50_s", "reconcile_p99_s")
+           "reconcile_p50_s", "reconcile_p99_s", "api_call_p99_s")
 # CPU seconds of each control-plane process during a run (bench/measure.py RunMeter): where the time went.
 PROCESSES = ("kube-apiserver", "etcd", "kube-scheduler", "kube-controller-manager", "kwok")
 
@@ -58,16 +58,22 @@ def _ratio(a: dict[str, Any] | None, b: dict[str, Any] | None, key: str) -> str:
 
 HEADER = ("| scenario | engine | all created | all Running | created vs raw | Running vs raw "
           "| Running: kubeflow / dpjob | operator CPU s | operator RSS MB (peak) | operator API requests "
-          "| API server requests (all clients) | reconcile p50 / p99 ms |")
+          "| API server requests (all clients) | reconcile p50 / p99 ms (API call p99) |")
 
 
 def _row(entry: dict[str, Any], same: dict[str, dict[str, Any]]) -> str:
     raw = entry["engine"] == "raw"
     vs_raw = "1.00x" if raw else _ratio(entry, same.get("raw"), "created_s")
     run_vs_raw = "1.00x" if raw else _ratio(entry, same.get("raw"), "running_s")
-    kf = _ratio(same.get("kubeflow"), same.get("dpjob"), "running_s") if entry["engine"] == "kubeflow" else ""
+    kf = ""
+    if entry["engine"] == "kubeflow":  # Kubeflow v1 has no gang here (no Volcano): also against dpjob without one
+        kf = _ratio(same.get("kubeflow"), same.get("dpjob"), "running_s")
+        if same.get("dpjob-nogang"):
+            kf += f" ({_ratio(same.get('kubeflow'), same.get('dpjob-nogang'), 'running_s')} no gang)"
     p50, p99 = _median(entry, "reconcile_p50_s"), _median(entry, "reconcile_p99_s")
     latency = f"{p50 * 1000:.0f} / {p99 * 1000:.0f}" if p50 is not None and p99 is not None else "-"
+    api = _median(entry, "api_call_p99_s")
+    latency += f" ({api * 1000:.0f})" if api is not None else ""
     rss, peak = _median(entry, "rss_mb"), _median(entry, "peak_rss_mb")
     memory = f"{rss:.0f} ({peak:.0f})" if rss is not None and peak is not None else "-"
     return (f"| {entry['scenario']} | {entry['engine']} | {_cell(entry, 'created_s')} | {_cell(entry, 'running_s')} "

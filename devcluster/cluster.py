@@ -140,6 +140,13 @@ def alive(pid: int | None) -> bool:
         return False
 
 
+def profiling_flag() -> str:
+    """DPJOB_PROFILE=1: the API server serves Go's pprof (/debug/pprof/profile?seconds=N through
+    ``kubectl get --raw``), to say where its CPU goes under a benchmark; off otherwise, as in a
+    hardened cluster (CIS 1.2.17)."""
+    return f"--profiling={'true' if os.environ.get('DPJOB_PROFILE') == '1' else 'false'}"
+
+
 def audit_flags() -> list[str]:
     """DPJOB_AUDIT=1: the API server logs who created, deleted and bound which pod (JSON lines in
     .devcluster/logs/audit.log), to tell the operator's requests from the scheduler's, the kubelet's
@@ -465,7 +472,7 @@ def up(bin_dir: Path, python: str | None) -> None:
         f"--client-ca-file={pki / 'ca.crt'}", f"--token-auth-file={RUN / 'tokens.csv'}",
         "--authorization-mode=Node,RBAC", "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
         f"--service-account-key-file={pki / 'sa.pub'}", f"--service-account-signing-key-file={pki / 'sa.key'}",
-        f"--service-cluster-ip-range={SERVICE_CIDR}", "--allow-privileged=true", "--profiling=false",
+        f"--service-cluster-ip-range={SERVICE_CIDR}", "--allow-privileged=true", profiling_flag(),
         "--max-requests-inflight=800", "--max-mutating-requests-inflight=400", "--event-ttl=2h",
         f"--kubelet-client-certificate={pki / 'apiserver-kubelet-client.crt'}",
         f"--kubelet-client-key={pki / 'apiserver-kubelet-client.key'}",

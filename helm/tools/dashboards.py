@@ -311,13 +311,19 @@ def operator() -> dict[str, Any]:
     b.row("Kubernetes API client")
     b.panel("timeseries", "API requests/s by method and code",
             [(f"sum by (method, code) (rate(rest_client_requests_total{{{OP}}}[{RI}]))", "{{method}} {{code}}")],
-            w=12, unit="reqps")
+            w=8, unit="reqps")
+    b.panel("timeseries", "API latency p99 by verb",
+            [(f"histogram_quantile(0.99, sum by (le, verb) (rate(rest_client_request_duration_seconds_bucket"
+              f"{{{OP}}}[{RI}])))", "{{verb}}")],
+            w=8, unit="s",
+            description="How long the API server took to answer the operator. When reconcile time rises with "
+                        "this, the API server (or the network to it) is the slow part, not the operator.")
     b.panel("timeseries", "Rate-limiter wait p99 / mean",
             [(f"histogram_quantile(0.99, sum by (le) (rate(rest_client_rate_limiter_duration_seconds_bucket"
               f"{{{OP}}}[{RI}]))) or vector(0)", "p99"),
              (f"(sum(rate(rest_client_rate_limiter_duration_seconds_sum{{{OP}}}[{RI}])) / "
               f"sum(rate(rest_client_rate_limiter_duration_seconds_count{{{OP}}}[{RI}]))) or vector(0)", "mean")],
-            w=12, unit="s",
+            w=8, unit="s",
             description="Time requests wait for the client-side token bucket, which exists only when apiQPS > 0; "
                         "with the default -1 (API Priority and Fairness decides) nothing waits and this reads 0. "
                         "Sustained waits mean the operator is throttling itself.")

@@ -24,7 +24,8 @@ from dpjob_operator.api import constants as c
 from dpjob_operator.config import OperatorConfig, load_config
 from dpjob_operator.controller import Controller
 from dpjob_operator.controller.leader import LeaderElector
-from dpjob_operator.k8s.client import KubeClient, load_api_client
+from dpjob_operator.k8s.client import KubeClient
+from dpjob_operator.k8s.connection import load_api_client
 from dpjob_operator.k8s.leases import LeaseClient
 from dpjob_operator.k8s.reviews import DelegatedAuthorizer
 from dpjob_operator.metrics_server import serve_metrics

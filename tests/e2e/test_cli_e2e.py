@@ -153,7 +153,7 @@ def test_a_script_that_just_raises_leaves_its_traceback_in_status_and_an_event(a
     assert (last["rank"], last["container"], last["exitCode"]) == (1, "trainer", 1), last
     assert last["message"].rstrip().endswith("ZeroDivisionError: division by zero"), last["message"]
     assert "return 1 / (rank - 1)" in last["message"]
-    rank_failed = [e for e in dpj.events(namespace, "raises") if e["reason"] == "RankFailed"]
+    rank_failed = dpj.wait_event(namespace, "raises", "RankFailed")
     assert rank_failed and rank_failed[0]["message"].rstrip().endswith("ZeroDivisionError: division by zero")
 
 

@@ -103,7 +103,7 @@ def test_a_trainer_hung_after_step_5_is_restarted_by_the_watchdog_and_resumes_fr
     step5_at = re.search(r"since step 5 at (\S+)", stall["message"]).group(1)
     assert STALL_TIMEOUT <= _time(stall["time"]) - _time(step5_at) <= STALL_TIMEOUT + STALL_SLACK, stall
     assert st["restartsByReason"] == {"Stalled": 1} and st["failureRestarts"] == 0, "a stall restart is not charged"
-    assert "Stalled" in dpj.event_reasons(namespace, name)
+    dpj.wait_event(namespace, name, "Stalled")
 
     done = dpj.wait_phase(api, namespace, name, "Succeeded", timeout=300)
     assert done["restarts"] == 1 and done["restartsByReason"] == {"Stalled": 1}
@@ -137,5 +137,5 @@ def test_a_rank_slowed_by_a_sleep_shows_up_as_the_slowest_rank(api, namespace, o
     st = dpj.wait_status(api, namespace, name, lambda s: "slowestRank" in s.get("progress", {}), timeout=90,
                          what="status.progress.slowestRank")
     assert st["progress"]["slowestRank"]["rank"] == 1 and st["progress"]["slowestRank"]["ratio"] >= 1.5
-    assert "Straggler" in dpj.event_reasons(namespace, name)
+    dpj.wait_event(namespace, name, "Straggler")
     dpj.delete(api, namespace, name)

@@ -46,5 +46,5 @@ def test_a_rank_that_cannot_start_says_why(api, namespace, operator, edit, reaso
                       what=f"Waiting=True/{reason}")
     for word in words:
         assert word in cond["message"], cond["message"]
-    assert reason in dpj.event_reasons(namespace, "stuck")
+    dpj.wait_event(namespace, "stuck", reason)
     assert dpj.status(api, namespace, "stuck").get("phase") != "Running"

@@ -41,7 +41,7 @@ def test_a_foreign_pod_holding_a_rank_name_is_reported_and_never_adopted(api, co
 
     cond = wait_until(conflict, timeout=60, what="Created=False/PodNameConflict")
     assert cond["status"] == "False" and "train-rank-0" in cond["message"] and "never adopts" in cond["message"]
-    assert "PodNameConflict" in dpj.event_reasons(namespace, "train")
+    dpj.wait_event(namespace, "train", "PodNameConflict")
     # The status (and so the conflict) is written before the pass creates rank 1: wait for it by listing,
     # as a read would 404 in between (and wait_until lets exceptions through).
     wait_until(lambda: [p for p in dpj.rank_pods(core, namespace, "train") if p.metadata.name == "train-rank-1"],
@@ -64,6 +64,19 @@ def test_delete_and_reapply_at_once_runs_new_pods(api, core, namespace, operator
     assert st["restarts"] == 0 and "lastFailure" not in st
 
 
+def test_a_job_deleted_and_applied_again_runs_every_time(api, core, namespace, operator):
+    """Each time the old job's Service and gang are still being collected while the new job makes
+    its own under the same names: a create answered 409 whose object is gone by the read must be
+    created again, not taken as made (the new gang had no PodGroup and stayed Pending), and the
+    old job's DELETED arriving after the new job's ADDED must not drop the new job."""
+    for attempt in range(5):
+        job = dpj.create(api, namespace, JobBuilder().obj())
+        dpj.wait_phase(api, namespace, "train", "Running", timeout=60)
+        pods = wait_pods(core, namespace, "train", 2)
+        assert all(p.metadata.owner_references[0].uid == job["metadata"]["uid"] for p in pods), attempt
+        dpj.delete(api, namespace, "train")
+
+
 def _conditions(api, namespace: str, name: str) -> dict[str, dict]:
     return {c["type"]: c for c in dpj.status(api, namespace, name).get("conditions") or []}
 
@@ -77,7 +90,7 @@ def test_a_foreign_service_of_the_jobs_name_is_reported_and_never_touched(api, c
                       and c["reason"] == "ServiceNameConflict" and c, timeout=60,
                       what="Created=False/ServiceNameConflict")
     assert cond["status"] == "False" and f"Service {namespace}/train" in cond["message"]
-    assert "ServiceNameConflict" in dpj.event_reasons(namespace, "train")
+    dpj.wait_event(namespace, "train", "ServiceNameConflict")
     svc = core.read_namespaced_service("train", namespace)
     assert svc.metadata.uid == foreign.metadata.uid and not svc.metadata.owner_references
     assert svc.spec.selector == {"app": "web"}
@@ -95,7 +108,7 @@ def test_a_foreign_configmap_holding_the_rank_table_name_is_never_patched(api, c
                       and c["reason"] == "ConfigMapNameConflict" and c, timeout=60,
                       what="RankTableReady=False/ConfigMapNameConflict")
     assert cond["status"] == "False" and f"ConfigMap {namespace}/train-ranktable" in cond["message"]
-    assert "ConfigMapNameConflict" in dpj.event_reasons(namespace, "train")
+    dpj.wait_event(namespace, "train", "ConfigMapNameConflict")
     time.sleep(6)  # more than one resync: the condition holds, the map is untouched
     assert _conditions(api, namespace, "train")["RankTableReady"]["reason"] == "ConfigMapNameConflict"
     cm = core.read_namespaced_config_map("train-ranktable", namespace)

@@ -114,7 +114,7 @@ def test_a_gang_that_does_not_fit_holds_no_node_and_runs_whole_once_it_fits(api,
     assert msg.startswith(prefix) and len(msg) > len(prefix) + 10
     assert st["phase"] in ("Pending", "Created") and st["gang"] == {"podGroup": "wide-gang-0", "minCount": 2}
     assert bound(core, namespace, "wide") == [], "a rank of an unplaceable gang holds a node"
-    assert "GangUnschedulable" in {e["reason"] for e in dpj.events(namespace, "wide")}
+    dpj.wait_event(namespace, "wide", "GangUnschedulable")
 
     # What the operator made: a Workload for the job, a PodGroup for this gang, pods that name it.
     workloads = {w["metadata"]["name"]: w for w in objects(api, namespace, "workloads")}
@@ -173,7 +173,8 @@ def test_each_gang_restart_gets_its_own_pod_group_and_a_finished_job_keeps_none(
 
 def test_the_operator_finds_the_gang_api_by_discovery(cluster):
     """What `gangScheduling: auto` decides at start: the API this cluster serves, and one it does not."""
-    from dpjob_operator.k8s.client import KubeClient, load_api_client
+    from dpjob_operator.k8s.client import KubeClient
+    from dpjob_operator.k8s.connection import load_api_client
 
     kube = KubeClient(load_api_client(4), qps=50, burst=50)
     assert kube.serves(G, V, "podgroups") is devcluster.GANG_SCHEDULING
@@ -230,7 +231,7 @@ def test_a_gang_name_held_by_someone_else_is_reported_and_never_taken(api, core,
         "reason") == "GangNameConflict", timeout=60, what="Created=False/GangNameConflict")
     assert "Workload " + namespace + "/taken exists but is not controlled by this job" in condition(
         st, "Created")["message"]
-    assert "GangNameConflict" in dpj.event_reasons(namespace, "taken")
+    dpj.wait_event(namespace, "taken", "GangNameConflict")
     assert not dpj.rank_pods(core, namespace, "taken"), "a rank was created into someone else's gang"
     workload = custom.get_namespaced_custom_object(G, V, namespace, "workloads", "taken")
     assert workload["spec"]["podGroupTemplates"][0]["schedulingPolicy"] == {"gang": {"minCount": 5}}

@@ -28,7 +28,8 @@ def test_operator_with_the_chart_service_account_runs_a_job(cluster, namespace, 
             dpj.create(api, namespace, JobBuilder().replicas(2).completes_after("2s").obj())
             st = dpj.wait_phase(api, namespace, "train", "Succeeded", timeout=60)
             assert st["succeededReplicas"] == 2
-            assert {"Accepted", "JobSucceeded"} <= {e["reason"] for e in dpj.events(namespace, "train")}
+            for reason in ("Accepted", "JobSucceeded"):
+                dpj.wait_event(namespace, "train", reason)
             # An RBAC denial names the identity ('forbidden: User "system:serviceaccount:..." cannot ...');
             # other 403s (a namespace left terminating by an earlier test) are not about the chart.
             denials = re.findall(r'forbidden: User "system:serviceaccount:[^"]+" cannot [^;)]*',

@@ -14,7 +14,8 @@ from kubernetes import client, config
 
 from dpjob_operator.controller.blocking import Blocking
 from dpjob_operator.controller.sweeper import JobSweeper
-from dpjob_operator.k8s.client import KubeClient, tuned
+from dpjob_operator.k8s.client import KubeClient
+from dpjob_operator.k8s.connection import tuned
 from tests.support import cluster as dpj
 from tests.support.builders import JobBuilder
 

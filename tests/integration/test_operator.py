@@ -77,8 +77,8 @@ def test_success_path_and_events(api, core, namespace, operator):
     assert st["succeededReplicas"] == 2 and st["runningReplicas"] == 0 and st["completionTime"]
     conds = {c["type"]: c for c in st["conditions"]}
     assert conds["Succeeded"]["status"] == "True" and conds["Running"]["status"] == "False"
-    reasons = {e["reason"] for e in dpj.events(namespace, "train")}
-    assert {"Accepted", "AllRanksRunning", "JobSucceeded"} <= reasons
+    for reason in ("Accepted", "AllRanksRunning", "JobSucceeded"):
+        dpj.wait_event(namespace, "train", reason)
     assert "JobSucceeded" in kubectl("describe", "dpj", "train", "-n", namespace).stdout
 
 
@@ -93,7 +93,7 @@ def test_failing_rank_restarts_the_gang(api, core, namespace, operator):
     assert st["restarts"] == 1 and st["failureRestarts"] == 1 and st["restartsByReason"] == {"RankFailed": 1}
     assert st["lastFailure"]["rank"] == 1 and st["lastFailure"]["exitCode"] == 137
     assert all(dpj.env_of(p)["DPJOB_RESTART_COUNT"] == "1" for p in new)
-    assert "GangRestart" in {e["reason"] for e in dpj.events(namespace, "train")}
+    dpj.wait_event(namespace, "train", "GangRestart")
 
 
 def _requests(operator, method: str, code: str | None = None) -> float:
@@ -223,7 +223,7 @@ def test_unschedulable_ranks_are_reported(api, namespace, operator):
         for c in s.get("conditions", [])), what="PodsScheduled=False naming the scheduler's reason")
     cond = next(c for c in st["conditions"] if c["type"] == "PodsScheduled")
     assert "rank" in cond["message"] and cond["reason"] in ("Unschedulable", "GangUnschedulable")
-    assert cond["reason"] in {e["reason"] for e in dpj.events(namespace, "train")}
+    dpj.wait_event(namespace, "train", cond["reason"])
 
 
 def test_operator_restart_resumes_without_duplicating_pods(api, core, namespace, operator):

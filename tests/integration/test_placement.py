@@ -29,7 +29,7 @@ def test_the_gang_restarted_after_a_failure_on_a_tainted_node_avoids_it(api, cor
         assert st["avoidNodes"] == {"restart": 1, "nodes": [node],
                                     "reason": f"node {node} is tainted {TAINT['key']}"}
         # The restart's own words are in its event (the status message moves on as the new gang starts).
-        restarts = [e["message"] for e in dpj.events(namespace, "place") if e["reason"] == "GangRestart"]
+        restarts = [e["message"] for e in dpj.wait_event(namespace, "place", "GangRestart")]
         assert any(f"the next gang avoids it (node {node} is tainted" in m for m in restarts), restarts
 
         def next_gang() -> list | None:

@@ -17,7 +17,8 @@ from kubernetes import client
 
 from dpjob_operator.api import constants as c
 from dpjob_operator.k8s import podcache
-from dpjob_operator.k8s.client import KubeClient, tuned
+from dpjob_operator.k8s.client import KubeClient
+from dpjob_operator.k8s.connection import tuned
 from tests.support.waits import wait_until
 
 pytestmark = pytest.mark.integration

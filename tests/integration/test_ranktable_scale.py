@@ -110,7 +110,7 @@ def test_a_table_the_api_server_refuses_is_reported_and_written_once_allowed(api
 
     cond = wait_until(write_failed, timeout=60, what="RankTableReady=False/RankTableWriteFailed")
     assert cond["status"] == "False" and "train-ranktable" in cond["message"] and "quota" in cond["message"]
-    assert "RankTableWriteFailed" in dpj.event_reasons(namespace, "train")
+    dpj.wait_event(namespace, "train", "RankTableWriteFailed")
     assert not (dpj.status(api, namespace, "train").get("rankTable") or {}).get("ready")
     assert not dpj.rank_pods(core, namespace, "train")  # a pod would only wait for a missing volume
     core.delete_namespaced_resource_quota("no-configmaps", namespace)

@@ -156,9 +156,9 @@ def test_a_rank_stuck_terminating_on_a_node_that_is_down_is_force_deleted_and_th
         cond = wait_until(lambda: log.first("True", "NodeNotReady"), timeout=60,
                           what="StuckTerminating=True/NodeNotReady")
         assert node in cond["message"] and "force-deleting" in cond["message"], cond["message"]
-        warnings = [e for e in dpj.events(namespace, JOB) if e["reason"] == "StuckTerminating"]
-        assert warnings and all(e["type"] == "Warning" for e in warnings)
-        assert any(node in e["message"] for e in warnings), warnings
+        naming = wait_until(lambda: [e for e in dpj.wait_event(namespace, JOB, "StuckTerminating")
+                                     if node in e["message"]], what=f"a StuckTerminating event naming {node}")
+        assert all(e["type"] == "Warning" for e in naming + dpj.wait_event(namespace, JOB, "StuckTerminating"))
 
         # The gang restart the stuck pods blocked goes on: new pods under the same names.
         new = wait_until(lambda: _gang(core, namespace, 1), timeout=60, what="both rank pods of restart 1")

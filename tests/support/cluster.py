@@ -109,9 +109,13 @@ def events(namespace: str, name: str) -> list[dict[str, Any]]:
     return items
 
 
-def event_reasons(namespace: str, name: str) -> set[str]:
-    """The reasons of the object's events: what most assertions on events compare."""
-    return {e["reason"] for e in events(namespace, name)}
+def wait_event(namespace: str, name: str, reason: str, timeout: float = 30.0) -> list[dict[str, Any]]:
+    """The object's events with ``reason``, once there is one. Events are sent behind the pass
+    (controller/recorder.py), so one may land a moment after the status that announces it."""
+    found: list[dict[str, Any]] = wait_until(
+        lambda: [e for e in events(namespace, name) if e["reason"] == reason], timeout,
+        what=f"a {reason} event on {namespace}/{name}")
+    return found
 
 
 def lease(namespace: str, name: str) -> dict[str, Any] | None:

@@ -8,7 +8,8 @@ import socket
 import pytest
 from kubernetes import client
 
-from dpjob_operator.k8s.client import REQUEST_TIMEOUT, tuned
+from dpjob_operator.k8s.client import REQUEST_TIMEOUT
+from dpjob_operator.k8s.connection import tuned
 
 pytestmark = pytest.mark.unit
 

@@ -33,7 +33,8 @@ needs_helm = pytest.mark.skipif(
 OPERATOR_METRICS = {
     "controller_runtime_reconcile_total", "controller_runtime_reconcile_errors_total",
     "controller_runtime_reconcile_time_seconds", "workqueue_depth", "workqueue_adds_total",
-    "rest_client_requests_total", "rest_client_rate_limiter_duration_seconds", "dpjob_pods_created_total",
+    "rest_client_requests_total", "rest_client_rate_limiter_duration_seconds",
+    "rest_client_request_duration_seconds", "dpjob_pods_created_total",
     "dpjob_pods_deleted_total", "dpjob_restarts_total", "dpjob_job_transitions_total", "dpjob_jobs",
     "dpjob_jobs_unschedulable",
     "dpjob_time_to_all_pods_created_seconds", "dpjob_time_to_all_ranks_running_seconds",

@@ -161,8 +161,10 @@ class Executor:
         checked = self._services.get(job.uid)
         if checked is None or time.monotonic() - checked > self.memo_seconds:
             service = build_headless_service(job)
-            if not await self.blocking.run(self.kube.create_if_absent, service):
-                await self._claim_child(job, "Service", service["metadata"]["name"])
+            if not await self.blocking.run(self.kube.create_if_absent, service) \
+                    and await self._claim_child(job, "Service", service["metadata"]["name"]) is None:
+                # A previous job's, collected between the 409 and the read: create it next pass.
+                raise RuntimeError(f"Service {service['metadata']['name']} was deleted while being created")
             self._services[job.uid] = time.monotonic()
 
     async def _claim_child(self, job: Job, kind: str, name: str) -> dict[str, Any] | None:

@@ -116,13 +116,17 @@ class Gangs:
     async def _create(self, job: Job, kind: str, plural: str, obj: Mapping[str, Any],
                       claim: Claim) -> dict[str, Any] | None:
         """Create; None when created. If the name is taken (409) it must be ours (an earlier pass's)
-        to go on (``claim`` raises otherwise), and what is there is returned."""
+        to go on (``claim`` raises otherwise), and what is there is returned. Taken and then gone
+        (a previous job's, collected meanwhile) raises: remembering it as made would leave the
+        gang without its PodGroup for ever, its pods Pending (a job deleted and applied at once)."""
         if await self.blocking.run(self.kube.create_object, GROUP, VERSION, plural, obj):
             return None
+        name = obj["metadata"]["name"]
         current: dict[str, Any] | None = await self.blocking.run(
-            self.kube.get_object, GROUP, VERSION, plural, job.namespace, obj["metadata"]["name"])
-        if current is not None:
-            claim(kind, current.get("metadata") or {})
+            self.kube.get_object, GROUP, VERSION, plural, job.namespace, name)
+        if current is None:  # a previous job's, collected between the 409 and the read: create it next pass
+            raise RuntimeError(f"{kind} {name} was deleted while being created")
+        claim(kind, current.get("metadata") or {})
         return current
 
     async def release(self, job: Job) -> None:

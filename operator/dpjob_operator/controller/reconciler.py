@@ -3,9 +3,10 @@
 kopf feeds job events in (``job_event``) and the pod cache feeds pod changes in
 (``pod_changed``); both only enqueue the job's key (``workqueue``: deduplicated, one worker per
 key). A worker takes a key and runs one pass: observe (``observer``), plan (pure, in
-``reconcile.planner``), write the status (one patch per pass, and only on change), post the
+``reconcile.planner``), write the status (one patch per pass, and only on change), record the
 events right after that write (so an Event never announces something the status does not say,
-and a failing action cannot lose them), then execute the actions (``executor``). Decisions
+and a failing action cannot lose them; ``recorder`` sends them behind the pass), then execute
+the actions (``executor``). Decisions
 about jobs the planner cannot see (an invalid spec, refused pods) come from
 ``reconcile.refusals``; this module only writes them, the same way.
 """
@@ -21,6 +22,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from dpjob_operator import metrics
+from dpjob_operator.api.event_order import FORGET_JOB, FORGET_UID, STORE, on_job_event
 from dpjob_operator.api.observed import PodObservation
 from dpjob_operator.api.spec import Job, SpecError, parse_job
 from dpjob_operator.config import OperatorConfig
@@ -29,6 +31,7 @@ from dpjob_operator.controller.executor import Executor
 from dpjob_operator.controller.gangs import VERDICT_POLL_SECONDS, Gangs
 from dpjob_operator.controller.observer import Observer
 from dpjob_operator.controller.progress import ProgressReader
+from dpjob_operator.controller.recorder import EventRecorder
 from dpjob_operator.controller.reported import ReportedFailure
 from dpjob_operator.controller.sweeper import JobSweeper
 from dpjob_operator.controller.timings import Timings
@@ -36,19 +39,12 @@ from dpjob_operator.controller.workqueue import WorkQueue
 from dpjob_operator.k8s import errors
 from dpjob_operator.k8s.client import KubeClient
 from dpjob_operator.k8s.podcache import PodCache
-from dpjob_operator.reconcile.actions import Event, Plan
+from dpjob_operator.reconcile.actions import Plan
 from dpjob_operator.reconcile.planner import next_wakeup, plan_job
 from dpjob_operator.reconcile.refusals import create_refused_status, invalid_spec_status
 
 log = logging.getLogger("dpjob.controller")
 JobKey = tuple[str, str]
-
-
-def _rv(body: dict[str, Any]) -> int:
-    try:
-        return int((body.get("metadata") or {}).get("resourceVersion") or 0)
-    except ValueError:
-        return 0
 
 
 STALE_RETRY_SECONDS = 0.2
@@ -74,32 +70,29 @@ class Controller:
         self.progress = ProgressReader(self.enqueue)  # called on the loop: a new step enqueues the job
         self.observer = Observer(self.pods, self.gangs, self.progress, kube, self.blocking, cfg)
         self.executor = Executor(cfg, kube, self.blocking, self.gangs, self.timings)
+        self.recorder = EventRecorder(kube, self.blocking)
         self._spec_errors: dict[JobKey, str] = {}  # the InvalidSpec message last reported
         self.sweeper = JobSweeper(kube, self.blocking, self.jobs, self._forget, cfg.namespaces)
         self._workers: list[asyncio.Task[None]] = []
         self._fenced = False
-        # Scrape-time gauges over the job cache; a job without a phase yet is Pending. Only the
-        # leader counts (a standby reports zeros), so sum() over replicas counts each job once.
-        self._collectors = (
-            metrics.JobsByPhase(lambda: [(b.get("status") or {}).get("phase") or "Pending"
-                                         for b in self._counted_jobs()]),
-            metrics.JobsUnschedulable(lambda: [b.get("status") or {} for b in self._counted_jobs()]))
-        for collector in self._collectors:
-            metrics.REGISTRY.register(collector)
+        # Only the leader counts (a standby reports zeros), so sum() over replicas counts each job once.
+        self._collectors = metrics.register_job_collectors(self._counted_jobs)
 
     # ---- inputs ---------------------------------------------------------------------------
 
     def job_event(self, event_type: str | None, body: dict[str, Any]) -> None:
         meta = body.get("metadata") or {}
         key = (meta.get("namespace", ""), meta.get("name", ""))
-        if event_type == "DELETED":
+        verdict = on_job_event(event_type, self.jobs.get(key), body)
+        log.debug("job event %s %s/%s uid=%s rv=%s: %s", event_type, *key, meta.get("uid"),
+                  meta.get("resourceVersion"), verdict)
+        if verdict == FORGET_JOB:
             self.jobs.pop(key, None)
             self._forget(key, meta.get("uid", ""))
+        elif verdict == FORGET_UID:
+            self._forget_uid(meta.get("uid", ""))  # the name holds a newer job now: keep it
+        if verdict != STORE:
             return
-        known = self.jobs.get(key)
-        if known is not None and (known.get("metadata") or {}).get("uid") == meta.get("uid") \
-                and _rv(known) > _rv(body):
-            return  # older than what we already hold (our own status patch answered first)
         self.jobs[key] = body
         self.enqueue(key)
 
@@ -114,6 +107,10 @@ class Controller:
         """Drop every per-job memo of a deleted job, so a long-lived operator does not grow."""
         self._spec_errors.pop(key, None)
         self.queue.forget(key)
+        self._forget_uid(uid)
+
+    def _forget_uid(self, uid: str) -> None:
+        """The memos kept by UID: a newer job of the same name keeps its own."""
         self.executor.forget(uid)
         self.timings.forget(uid)
         self.progress.forget(uid)
@@ -134,6 +131,7 @@ class Controller:
         """Start reconciling (this replica leads). Keys queued while standing by are worked first."""
         if self._workers or self._fenced:
             return
+        self.recorder.start()
         self._workers = [asyncio.create_task(self._worker()) for _ in range(self.cfg.workers)]
         self._workers.append(asyncio.create_task(self.sweeper.run(10 * self.cfg.resync_seconds)))
         log.info("controller started: %d workers, api qps=%s burst=%s, create concurrency=%d",
@@ -152,6 +150,7 @@ class Controller:
         another replica may already be reconciling the same jobs."""
         self._fenced = True
         self.progress.stop()
+        self.recorder.stop()
         for task in self._workers:
             task.cancel()
         self.queue.shutdown()
@@ -159,7 +158,12 @@ class Controller:
 
     async def stop(self, drain_seconds: float = 5.0) -> None:
         """Fence, and wait a little for the API calls still running, so that a replica taking over
-        after us (we release the Lease next) does not overlap with our last writes."""
+        after us (we release the Lease next) does not overlap with our last writes. The events
+        already decided are sent first (no pass can add more once the workers are cancelled)."""
+        for task in self._workers:
+            task.cancel()
+        if not await self.recorder.flush(drain_seconds):
+            log.warning("events still queued %.0fs after stop; dropping them", drain_seconds)
         self.fence()
         if not await self.blocking.drain(drain_seconds):
             log.warning("API calls still running %.0fs after stop; not waiting for them", drain_seconds)
@@ -232,7 +236,7 @@ class Controller:
                         seen.gang, seen.progress, seen.nodes)
         if plan.status != status:
             await self._write_status(key, body, plan.status)
-        await self._post_events(body, plan.events)  # the status now says what they announce
+        self.recorder.record(body, plan.events)  # the status now says what they announce
         await self._execute(key, job, body, plan, seen.pods)
         self.timings.observe_pass(job, status, plan)
         if table is not None and table.write_error and self.executor.rank_table_write_error(job.uid) is None:
@@ -264,7 +268,7 @@ class Controller:
                 refused = create_refused_status(current.get("status") or {}, failure.report,
                                                 datetime.now(UTC), job.generation, failure.reason, failure.condition)
                 await self._write_status(key, current, refused.status)
-                await self._post_events(body, refused.events)
+                self.recorder.record(body, refused.events)
             raise
 
     async def _report_spec_error(self, key: JobKey, body: dict[str, Any], message: str) -> None:
@@ -274,7 +278,7 @@ class Controller:
         generation = int((body.get("metadata") or {}).get("generation") or 0)
         failed = invalid_spec_status(body.get("status") or {}, message, datetime.now(UTC), generation)
         await self._write_status(key, body, failed.status)
-        await self._post_events(body, failed.events)
+        self.recorder.record(body, failed.events)
 
     async def _write_status(self, key: JobKey, body: dict[str, Any], status: dict[str, Any]) -> None:
         """Write the pass's status with optimistic concurrency: the plan came from ``body``'s view,
@@ -293,7 +297,3 @@ class Controller:
         # (the watch event for this write may arrive after the next pass starts).
         if self.jobs.get(key) is body:
             self.jobs[key] = stored
-
-    async def _post_events(self, body: dict[str, Any], events: Sequence[Event]) -> None:
-        for event in events:
-            await self.blocking.run(self.kube.post_event, body, event.type, event.reason, event.message)
