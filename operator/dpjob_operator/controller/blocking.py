@@ -11,12 +11,21 @@ from __future__ import annotations
 
 import asyncio
 import functools
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import ParamSpec, TypeVar
 
 P = ParamSpec("P")
 T = TypeVar("T")
+
+
+async def together(*steps: Awaitable[object]) -> None:
+    """Await ``steps`` at once, each to its end (none is cut off half-done), then raise the first
+    failure in their order: independent writes cost one round trip of latency, not one each."""
+    results = await asyncio.gather(*steps, return_exceptions=True)
+    failed = next((r for r in results if isinstance(r, BaseException)), None)
+    if failed is not None:
+        raise failed
 
 
 class Blocking:

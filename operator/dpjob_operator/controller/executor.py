@@ -8,7 +8,6 @@ server side too (create-if-absent, 404 on delete is fine), so a lost memo only c
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import logging
 import time
@@ -21,7 +20,8 @@ from dpjob_operator.api.spec import Job
 from dpjob_operator.builders.configmaps import build_ranktable_configmaps
 from dpjob_operator.builders.pods import build_headless_service
 from dpjob_operator.config import OperatorConfig
-from dpjob_operator.controller.blocking import Blocking
+from dpjob_operator.controller.blocking import Blocking, together
+from dpjob_operator.controller.children import create_or_claim
 from dpjob_operator.controller.expectations import Expectations
 from dpjob_operator.controller.gangs import Gangs
 from dpjob_operator.controller.podwriter import PodWriter
@@ -131,10 +131,7 @@ class Executor:
         calls = [functools.partial(self._handler(action), job, action, facts) for action in plan.actions]
         lead = next((i for i, a in enumerate(plan.actions) if not isinstance(a, INDEPENDENT)), len(calls))
         if lead > 1:  # a new job's Service, rank table and gang: one round trip of latency, not four
-            results = await asyncio.gather(*(call() for call in calls[:lead]), return_exceptions=True)
-            failed = next((r for r in results if isinstance(r, BaseException)), None)
-            if failed is not None:
-                raise failed
+            await together(*(call() for call in calls[:lead]))
             calls = calls[lead:]
         for call in calls:
             await call()
@@ -161,11 +158,17 @@ class Executor:
         checked = self._services.get(job.uid)
         if checked is None or time.monotonic() - checked > self.memo_seconds:
             service = build_headless_service(job)
-            if not await self.blocking.run(self.kube.create_if_absent, service) \
-                    and await self._claim_child(job, "Service", service["metadata"]["name"]) is None:
-                # A previous job's, collected between the 409 and the read: create it next pass.
-                raise RuntimeError(f"Service {service['metadata']['name']} was deleted while being created")
+            create = functools.partial(self.blocking.run, self.kube.create_if_absent, service)
+            await self._create_or_claim(job, service, create)
             self._services[job.uid] = time.monotonic()
+
+    async def _create_or_claim(self, job: Job, obj: Mapping[str, Any],
+                               create: Callable[[], Awaitable[bool]]) -> dict[str, Any] | None:
+        """``children.create_or_claim`` for a Service or ConfigMap of ``job``."""
+        kind, name = obj["kind"], obj["metadata"]["name"]
+        return await create_or_claim(kind, name, create,
+                                     lambda: self.blocking.run(self.kube.read_raw, kind, job.namespace, name),
+                                     functools.partial(self._check_claim, job))
 
     async def _claim_child(self, job: Job, kind: str, name: str) -> dict[str, Any] | None:
         """The object if this job controls it, None if absent (see ``_check_claim``)."""
@@ -215,13 +218,10 @@ class Executor:
             if known is not None and time.monotonic() - known[1] > self.memo_seconds:
                 current = await self._claim_child(job, "ConfigMap", name)
                 known = None if current is None else (current.get("data") or {}, time.monotonic())
-            if known is None and not await self._table_write(self.kube.create_if_absent, cm):
-                current = await self._claim_child(job, "ConfigMap", name)  # taken: ours, or a conflict
-                if current is None:  # deleted between the 409 and the read: the worker's backoff retries
-                    raise RuntimeError(f"ConfigMap {name} was deleted while being written")
-                known = (current.get("data") or {}, time.monotonic())
-            elif known is None:
-                known = (dict(cm["data"]), time.monotonic())
+            if known is None:
+                create = functools.partial(self._table_write, self.kube.create_if_absent, cm)
+                current = await self._create_or_claim(job, cm, create)  # taken: ours, or a conflict
+                known = (dict(cm["data"] if current is None else current.get("data") or {}), time.monotonic())
             if known[0] != cm["data"]:
                 await self._table_write(self.kube.patch_configmap_data, cm)
                 known = (dict(cm["data"]), time.monotonic())

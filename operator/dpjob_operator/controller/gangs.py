@@ -13,6 +13,7 @@ executor's) raises to wait for a previous job's or to report anyone else's.
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -25,12 +26,12 @@ from dpjob_operator.api.observed import GangObservation, PodObservation
 from dpjob_operator.api.spec import Job
 from dpjob_operator.builders import gang as gang_builders
 from dpjob_operator.controller.blocking import Blocking
+from dpjob_operator.controller.children import Claim, create_or_claim
 from dpjob_operator.k8s.client import KubeClient
 from dpjob_operator.reconcile.actions import EnsureGang
 from dpjob_operator.reconcile.claims import OURS, ownership
 
 log = logging.getLogger("dpjob.controller")
-Claim = Callable[[str, Mapping[str, Any]], None]  # (kind, metadata): returns if ours, else raises
 GROUP, VERSION = gang_builders.SCHEDULING_GROUP, gang_builders.SCHEDULING_VERSION
 # The scheduler's verdict is not watched: it is polled this often while a rank is unbound.
 VERDICT_POLL_SECONDS = 5.0
@@ -89,8 +90,8 @@ class Gangs:
         PodGroup, then drop older generations' PodGroups. Once per gang, remembered.
 
         Create first, read only on a 409: a new job's gang costs two POSTs, no GET or LIST before
-        them (the round trips a pass waits on are what its latency is made of under load). A
-        first generation has no older PodGroups of this job to drop."""
+        them (the round trips a pass waits on are what its latency is made of under
+        load). A first generation has no older PodGroups of this job to drop."""
         if (job.uid, action.restart) in self._pod_groups:
             return
         workload = gang_builders.build_workload(job)
@@ -99,6 +100,8 @@ class Gangs:
         # again, so a Workload someone deleted comes back with the next gang.
         if known is None or known[0] != workload or self._clock() - known[1] > self.memo_seconds:
             await self._ensure_workload(job, workload, claim)
+        # Only then the PodGroup: the API server's admission refuses a PodGroup whose Workload does not
+        # exist yet (403 "PodGroup rejected: Workload ... not found"), so the two cannot go together.
         group = gang_builders.build_pod_group(job, action.restart)
         await self._create(job, "PodGroup", "podgroups", group, claim)
         if action.restart > 0:
@@ -115,19 +118,12 @@ class Gangs:
 
     async def _create(self, job: Job, kind: str, plural: str, obj: Mapping[str, Any],
                       claim: Claim) -> dict[str, Any] | None:
-        """Create; None when created. If the name is taken (409) it must be ours (an earlier pass's)
-        to go on (``claim`` raises otherwise), and what is there is returned. Taken and then gone
-        (a previous job's, collected meanwhile) raises: remembering it as made would leave the
-        gang without its PodGroup for ever, its pods Pending (a job deleted and applied at once)."""
-        if await self.blocking.run(self.kube.create_object, GROUP, VERSION, plural, obj):
-            return None
+        """``children.create_or_claim``: None when created, else the object (ours) already there."""
         name = obj["metadata"]["name"]
-        current: dict[str, Any] | None = await self.blocking.run(
-            self.kube.get_object, GROUP, VERSION, plural, job.namespace, name)
-        if current is None:  # a previous job's, collected between the 409 and the read: create it next pass
-            raise RuntimeError(f"{kind} {name} was deleted while being created")
-        claim(kind, current.get("metadata") or {})
-        return current
+        return await create_or_claim(
+            kind, name, functools.partial(self.blocking.run, self.kube.create_object, GROUP, VERSION, plural, obj),
+            functools.partial(self.blocking.run, self.kube.get_object, GROUP, VERSION, plural, job.namespace, name),
+            claim)
 
     async def release(self, job: Job) -> None:
         """Nothing left to schedule: every PodGroup and the Workload of this job go (no one else's)."""

@@ -22,6 +22,7 @@ from urllib3.response import BaseHTTPResponse
 
 from dpjob_operator import metrics
 from dpjob_operator.api import constants as c
+from dpjob_operator.k8s import errors
 from dpjob_operator.k8s.ratelimit import MAX_THROTTLED_RETRIES, limiter, retry_after
 
 # (connect, read) seconds for every API call; watches set their own, longer read timeout.
@@ -279,4 +280,6 @@ class KubeClient:
         try:
             self._call("POST", self.core.create_namespaced_event, meta["namespace"], event, _preload_content=False)
         except ApiException as e:  # an event is never worth failing a reconcile for
-            log.warning("could not post event %s on %s/%s: %s", reason, meta["namespace"], meta["name"], e.reason)
+            # The namespace is being deleted (events queued behind the pass outlive it): expected, quiet.
+            level = logging.DEBUG if errors.is_namespace_terminating(e) else logging.WARNING
+            log.log(level, "could not post event %s on %s/%s: %s", reason, meta["namespace"], meta["name"], e.reason)

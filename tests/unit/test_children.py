@@ -1,0 +1,86 @@
+"""How a child is created or claimed, and how independent writes are sent together.
+
+A user would notice: a child that another owner holds being used as theirs (never), a child that
+vanished between the 409 and the read being remembered as made (their gang's pods Pending for
+ever), or a write left half-done because its sibling failed (a Service without its ConfigMap).
+
+pytest-asyncio is not installed: each test drives its own loop with ``asyncio.run``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping
+from typing import Any
+
+import pytest
+
+from dpjob_operator.controller.blocking import together
+from dpjob_operator.controller.children import ChildGone, create_or_claim
+
+pytestmark = pytest.mark.unit
+
+
+class NotOurs(Exception):
+    pass
+
+
+def _claim(kind: str, meta: Mapping[str, Any]) -> None:
+    if meta.get("uid") != "ours":
+        raise NotOurs(f"{kind} {meta.get('name')}")
+
+
+async def _value(value: Any) -> Any:
+    return value
+
+
+@pytest.mark.parametrize(("created", "there", "expect"), [
+    (True, None, None),                                             # made now: no read at all
+    (False, {"metadata": {"uid": "ours", "name": "a"}}, "ours"),     # an earlier pass made it
+    (False, {"metadata": {"uid": "theirs", "name": "a"}}, NotOurs),  # someone else's: never used
+    (False, None, ChildGone),                                        # taken, then collected
+])
+def test_create_or_claim(created: bool, there: dict[str, Any] | None, expect: Any) -> None:
+    reads: list[int] = []
+
+    async def read() -> dict[str, Any] | None:
+        reads.append(1)
+        return there
+
+    async def run() -> dict[str, Any] | None:
+        return await create_or_claim("Service", "a", lambda: _value(created), read, _claim)
+
+    if isinstance(expect, type):
+        with pytest.raises(expect):
+            asyncio.run(run())
+    else:
+        got = asyncio.run(run())
+        assert (got or {}).get("metadata", {}).get("uid") == expect
+    assert reads == ([] if created else [1]), "read only after a 409"
+
+
+def test_together_lets_every_step_finish_and_raises_the_first_failure() -> None:
+    finished: list[str] = []
+
+    async def step(name: str, delay: float, fail: bool) -> None:
+        await asyncio.sleep(delay)
+        finished.append(name)
+        if fail:
+            raise RuntimeError(name)
+
+    async def run() -> None:
+        await together(step("service", 0.02, False), step("table", 0.0, True), step("gang", 0.01, True))
+
+    with pytest.raises(RuntimeError, match=r"^table$"):
+        asyncio.run(run())
+    assert sorted(finished) == ["gang", "service", "table"], "a failure must not cut its siblings off"
+
+
+def test_together_costs_one_round_trip_not_one_each() -> None:
+    async def run() -> float:
+        loop = asyncio.get_running_loop()
+        start = loop.time()
+        await together(*(asyncio.sleep(0.1) for _ in range(3)))
+        return loop.time() - start
+
+    assert asyncio.run(run()) < 0.25
