@@ -7,7 +7,7 @@ from typing import Any
 
 ENGINES = ("raw", "dpjob", "dpjob-nogang", "kubeflow")
 METRICS = ("created_s", "running_s", "cpu_s", "rss_mb", "peak_rss_mb", "api_requests", "apiserver_requests",
-           "reconcile_p50_s", "reconcile_p99_s", "api_call_p99_s")
+           "reconcile_p50_s", "reconcile_p99_s", "api_call_p99_s", "reconcile_passes")
 # CPU seconds of each control-plane process during a run (bench/measure.py RunMeter): where the time went.
 PROCESSES = ("kube-apiserver", "etcd", "kube-scheduler", "kube-controller-manager", "kwok")
 
@@ -58,7 +58,7 @@ def _ratio(a: dict[str, Any] | None, b: dict[str, Any] | None, key: str) -> str:
 
 HEADER = ("| scenario | engine | all created | all Running | created vs raw | Running vs raw "
           "| Running: kubeflow / dpjob | operator CPU s | operator RSS MB (peak) | operator API requests "
-          "| API server requests (all clients) | reconcile p50 / p99 ms (API call p99) |")
+          "| API server requests (all clients) | reconcile p50 / p99 ms (API call p99), passes |")
 
 
 def _row(entry: dict[str, Any], same: dict[str, dict[str, Any]]) -> str:
@@ -74,6 +74,8 @@ def _row(entry: dict[str, Any], same: dict[str, dict[str, Any]]) -> str:
     latency = f"{p50 * 1000:.0f} / {p99 * 1000:.0f}" if p50 is not None and p99 is not None else "-"
     api = _median(entry, "api_call_p99_s")
     latency += f" ({api * 1000:.0f})" if api is not None else ""
+    passes = _median(entry, "reconcile_passes")  # p50/p99 are over passes: fewer no-op passes raise them
+    latency += f", {passes:.0f}" if passes is not None else ""
     rss, peak = _median(entry, "rss_mb"), _median(entry, "peak_rss_mb")
     memory = f"{rss:.0f} ({peak:.0f})" if rss is not None and peak is not None else "-"
     return (f"| {entry['scenario']} | {entry['engine']} | {_cell(entry, 'created_s')} | {_cell(entry, 'running_s')} "

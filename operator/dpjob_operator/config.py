@@ -32,6 +32,9 @@ class OperatorConfig:
     create_concurrency: int = 32      # pod creations in flight per job
     workers: int = 8                  # jobs reconciled concurrently
     resync_seconds: float = 30.0      # level-triggered safety net
+    # A pod's progress (created, scheduled, Running) is looked at this long after it arrives, so one
+    # pass sees a gang's batch (api/pod_changes.py); failures and deletions are looked at at once.
+    pod_batch_seconds: float = 0.5
     namespaces: tuple[str, ...] = ()  # empty = all namespaces
     metrics_port: int = 8080
     health_port: int = 8081
@@ -86,6 +89,7 @@ SCALARS: tuple[tuple[str, str, str, type], ...] = (  # sizes: table
     ("createConcurrency", "DPJOB_CREATE_CONCURRENCY", "create_concurrency", int),
     ("workers", "DPJOB_WORKERS", "workers", int),
     ("resyncSeconds", "DPJOB_RESYNC_SECONDS", "resync_seconds", float),
+    ("podBatchSeconds", "DPJOB_POD_BATCH_SECONDS", "pod_batch_seconds", float),
     ("metricsPort", "DPJOB_METRICS_PORT", "metrics_port", int),
     ("healthPort", "DPJOB_HEALTH_PORT", "health_port", int),
     ("metricsBindAddress", "DPJOB_METRICS_BIND_ADDRESS", "metrics_bind_address", str),

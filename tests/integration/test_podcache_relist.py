@@ -79,7 +79,7 @@ def cache_with_pods(kube: KubeClient, core, namespace, monkeypatch) -> Iterator[
                 yield {"type": "ERROR", "object": {"code": 410, "message": "too old resource version"}}
 
     monkeypatch.setattr(kube, "watch_pods_raw", watch_then_expire)
-    cache = podcache.PodCache(kube, on_change=lambda ns, job: None, namespaces=(namespace,))
+    cache = podcache.PodCache(kube, on_change=lambda ns, job, urgent: None, namespaces=(namespace,))
     cache.start()
     assert cache.wait_synced(30)
     wait_until(lambda: len(cache.pods_for(namespace, "train")) == RANKS, what="all ranks cached")

@@ -15,7 +15,7 @@ pytestmark = pytest.mark.unit
 
 
 def test_a_silent_pod_watch_is_stuck_a_recent_one_is_not():
-    cache = PodCache(kube=Any, on_change=lambda ns, job: None)  # type: ignore[arg-type]
+    cache = PodCache(kube=Any, on_change=lambda ns, job, urgent: None)  # type: ignore[arg-type]
     assert cache.stuck(900) is None
     cache._heartbeat = time.monotonic() - 1000
     assert "silent for 1000s" in (cache.stuck(900) or "")

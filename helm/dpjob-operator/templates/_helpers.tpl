@@ -125,6 +125,7 @@ and kopf use). Shared by the ClusterRole and the per-namespace Roles.
   "createConcurrency" .Values.createConcurrency
   "workers" .Values.workers
   "resyncSeconds" .Values.resyncSeconds
+  "podBatchSeconds" .Values.podBatchSeconds
   "namespaces" .Values.watchNamespaces
   "metricsPort" .Values.metrics.port
   "healthPort" .Values.health.port

@@ -96,9 +96,10 @@ class Controller:
         self.jobs[key] = body
         self.enqueue(key)
 
-    def pod_changed(self, namespace: str, job_name: str) -> None:
-        """Called from the pod-watch thread."""
-        self.loop.call_soon_threadsafe(self.enqueue, (namespace, job_name))
+    def pod_changed(self, namespace: str, job_name: str, urgent: bool) -> None:
+        """Called from the pod-watch thread: a pass now, or once the batch of progress is in."""
+        delay = 0.0 if urgent else self.cfg.pod_batch_seconds
+        self.loop.call_soon_threadsafe(self.enqueue, (namespace, job_name), delay)
 
     def enqueue(self, key: JobKey, delay: float = 0.0) -> None:
         self.queue.add_after(key, delay)

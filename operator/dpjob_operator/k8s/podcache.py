@@ -6,9 +6,10 @@ re-trigger themselves. This watch asks the API server only for pods labelled
 ``app.kubernetes.io/managed-by=dpjob-operator`` and stores a few fields per pod.
 
 The watch runs in a daemon thread (the official client is synchronous) and calls
-``on_change(namespace, job_name)`` for every event, which the controller turns into a queued
-reconcile. ``synced`` is set after the first full list, so no reconcile ever acts on an empty
-cache after an operator restart.
+``on_change(namespace, job_name, urgent)`` for every event that changed what the cache holds,
+which the controller turns into a queued reconcile: at once when ``urgent``, else after a short
+batch period (``api/pod_changes.py`` says which is which, and why). ``synced`` is set after
+the first full list, so no reconcile ever acts on an empty cache after an operator restart.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from kubernetes.client.exceptions import ApiException
 
 from dpjob_operator.api import constants as c
 from dpjob_operator.api.observed import PodObservation, observe_pod
+from dpjob_operator.api.pod_changes import PodChange, classify
 from dpjob_operator.k8s.client import KubeClient
 
 log = logging.getLogger("dpjob.podcache")
@@ -32,7 +34,7 @@ JobKey = tuple[str, str]
 
 
 class PodCache:
-    def __init__(self, kube: KubeClient, on_change: Callable[[str, str], None],
+    def __init__(self, kube: KubeClient, on_change: Callable[[str, str, bool], None],
                  namespaces: tuple[str, ...] = ()) -> None:
         self._kube = kube
         self._on_change = on_change
@@ -66,24 +68,28 @@ class PodCache:
 
     # ---- writing --------------------------------------------------------------------------
 
-    def _apply(self, event_type: str, pod: dict[str, Any]) -> JobKey | None:
+    def _apply(self, event_type: str, pod: dict[str, Any]) -> tuple[JobKey, PodChange] | None:
+        """Store the event; the job it concerns and how soon it wants a pass (None: no pass)."""
         meta = pod.get("metadata") or {}
         ns, name = meta.get("namespace", ""), meta.get("name", "")
         job = (meta.get("labels") or {}).get(c.LABEL_JOB)
         if not job:
             return None
         key = (ns, job)
+        after = None if event_type == "DELETED" else observe_pod(pod)
         with self._lock:
             pods = self._by_job.setdefault(key, {})
-            if event_type == "DELETED":
+            before = pods.get(name)
+            if after is not None:
+                pods[name] = after
+            elif event_type == "DELETED":
                 pods.pop(name, None)
-                if not pods:
-                    self._by_job.pop(key, None)
             else:
-                obs = observe_pod(pod)
-                if obs is not None:
-                    pods[name] = obs
-        return key
+                after = before  # not a pod we can read: the cache keeps what it had
+            if not pods:
+                self._by_job.pop(key, None)
+        change = classify(before, after)
+        return None if change is PodChange.NONE else (key, change)
 
     def _replace_namespace(self, namespace: str | None, items: list[dict[str, Any]]) -> set[JobKey]:
         """After a (re)list: swap in what the list says, dropping what vanished while not watching.
@@ -125,7 +131,7 @@ class PodCache:
                 items, rv = self._kube.list_pods_raw(SELECTOR, namespace)
                 self._heartbeat = time.monotonic()
                 for key in self._replace_namespace(namespace, items):
-                    self._on_change(*key)
+                    self._on_change(*key, True)  # a relist may hide any change: look at once
                 synced.set()
                 backoff = 0.5
                 while not self._stop.is_set():
@@ -142,7 +148,8 @@ class PodCache:
                             continue
                         changed = self._apply(str(etype), obj)
                         if changed:
-                            self._on_change(*changed)
+                            (ns, job_name), change = changed
+                            self._on_change(ns, job_name, change is PodChange.URGENT)
                         if self._stop.is_set():
                             return
             except _Relist:
