@@ -90,8 +90,8 @@ class Gangs:
         PodGroup, then drop older generations' PodGroups. Once per gang, remembered.
 
         Create first, read only on a 409: a new job's gang costs two POSTs, no GET or LIST before
-        them (the round trips a pass waits on are what its latency is made of under
-        load). A first generation has no older PodGroups of this job to drop."""
+        them (the round trips a pass waits on are what its latency is made of under load). A
+        first generation has no older PodGroups of this job to drop."""
         if (job.uid, action.restart) in self._pod_groups:
             return
         workload = gang_builders.build_workload(job)
