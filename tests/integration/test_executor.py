@@ -194,6 +194,55 @@ def test_a_workload_someone_deleted_comes_back_with_the_next_gang_once_the_memo_
     assert workload["metadata"]["ownerReferences"][0]["uid"] == job.uid
 
 
+def _first_pass(job: Job) -> Plan:
+    """A new job's first plan (empty status), with its gang."""
+    from dpjob_operator.api.observed import GangObservation
+    from dpjob_operator.builders.gang import gang_min_count
+
+    table = build_job_rank_tables(job, 0, [])
+    outcome = RankTableOutcome(table.ready, table.reason, table.message, table.version, table.files)
+    return plan_job(job, {}, [], datetime.now(UTC), DEFAULT_POOLS["cpu"], outcome,
+                    GangObservation(gang_min_count(job)))
+
+
+def test_a_first_pass_planned_from_an_old_view_makes_no_pod_group_and_no_pod_and_the_next_puts_it_right(
+        api, core, namespace, harness):
+    """A new job's first status write goes with its Service, rank table and Workload
+    (reconcile/first_pass.py). When that write is refused (the user resized the job meanwhile), the
+    immutable PodGroup and the pods were never made, and the next pass, from the resized spec,
+    replaces the Workload and makes a PodGroup and pods of the new size."""
+    from kubernetes import client
+
+    from dpjob_operator.builders.gang import SCHEDULING_GROUP, SCHEDULING_VERSION
+
+    objects = client.CustomObjectsApi(api)
+
+    def gang_sizes(plural: str) -> list[int]:
+        items = objects.list_namespaced_custom_object(SCHEDULING_GROUP, SCHEDULING_VERSION, namespace, plural)["items"]
+        specs = [(o["spec"].get("podGroupTemplates") or [o["spec"]])[0] for o in items]
+        return [s["schedulingPolicy"]["gang"]["minCount"] for s in specs]
+
+    async def refused() -> None:
+        raise RuntimeError("status write refused: the job changed (409)")
+
+    async def written() -> None:
+        return None
+
+    job = _gang_job(api, namespace, harness)
+    plan = _first_pass(job)
+    assert [type(a).__name__ for a in plan.actions] == ["ApplyRankTable", "EnsureService", "EnsureGang", "CreatePods"]
+    with pytest.raises(RuntimeError, match="409"):
+        harness.loop.run_until_complete(harness.executor.execute(job, plan, (), refused))
+    assert core.read_namespaced_service("exec", namespace).metadata.owner_references[0].uid == job.uid
+    assert gang_sizes("workloads") == [2] and gang_sizes("podgroups") == []
+    assert dpj.rank_pods(core, namespace, "exec") == []
+
+    resized = parse_job(dpj.patch(api, namespace, "exec", {"spec": {"replicas": 3}}))
+    harness.loop.run_until_complete(harness.executor.execute(resized, _first_pass(resized), (), written))
+    assert gang_sizes("workloads") == [3] and gang_sizes("podgroups") == [3]
+    assert len(dpj.rank_pods(core, namespace, "exec")) == 3
+
+
 def test_the_schedulers_verdict_is_read_once_per_poll_however_many_passes_ask(api, namespace, harness):
     """Every pod event of an unbound gang prompts a pass; the PodGroup is read at most once per poll."""
     from dpjob_operator.api.names import pod_group_name

@@ -122,19 +122,31 @@ class Executor:
             DeleteJob: self._delete_job,
         }
 
-    async def execute(self, job: Job, plan: Plan, pods: Sequence[PodObservation] = ()) -> None:
+    async def execute(self, job: Job, plan: Plan, pods: Sequence[PodObservation] = (),
+                      first_write: Callable[[], Awaitable[None]] | None = None) -> None:
         """Every action of ``plan``, in order (the independent ones it starts with together); the first
         that raises stops the rest (retried next pass). ``pods``: what the pass observed (the
-        expectations settle against it first)."""
+        expectations settle against it first). ``first_write``: a new job's first status write, sent
+        together with the part of the leading actions a stale pass cannot spoil
+        (``reconcile/first_pass.py``); everything else waits for it."""
         self.expectations.settle(job.uid, pods)
         facts = PassFacts(int(plan.status.get("restarts", 0)), pods)
         calls = [functools.partial(self._handler(action), job, action, facts) for action in plan.actions]
         lead = next((i for i, a in enumerate(plan.actions) if not isinstance(a, INDEPENDENT)), len(calls))
+        if first_write is not None:  # then the memos make the Service and rank table below cost no call
+            await together(first_write(), *(self._before_write(job, a, facts) for a in plan.actions[:lead]))
         if lead > 1:  # a new job's Service, rank table and gang: one round trip of latency, not four
             await together(*(call() for call in calls[:lead]))
             calls = calls[lead:]
         for call in calls:
             await call()
+
+    def _before_write(self, job: Job, action: object, facts: PassFacts) -> Awaitable[None]:
+        """What of an independent action may go before the status write lands: all of it, but of a
+        gang only the Workload (its PodGroup is immutable and must carry the size the write confirms)."""
+        if isinstance(action, EnsureGang):
+            return self.gangs.ensure_workload(job, functools.partial(self._check_claim, job))
+        return self._handler(action)(job, action, facts)
 
     def _handler(self, action: object) -> Handler:
         handler = self.handlers.get(type(action))

@@ -94,12 +94,7 @@ class Gangs:
         first generation has no older PodGroups of this job to drop."""
         if (job.uid, action.restart) in self._pod_groups:
             return
-        workload = gang_builders.build_workload(job)
-        known = self._workloads.get(job.uid)
-        # A restart of the same gang size soon after: no POST, no 409. Later, or resized: made sure of
-        # again, so a Workload someone deleted comes back with the next gang.
-        if known is None or known[0] != workload or self._clock() - known[1] > self.memo_seconds:
-            await self._ensure_workload(job, workload, claim)
+        await self.ensure_workload(job, claim)
         # Only then the PodGroup: the API server's admission refuses a PodGroup whose Workload does not
         # exist yet (403 "PodGroup rejected: Workload ... not found"), so the two cannot go together.
         group = gang_builders.build_pod_group(job, action.restart)
@@ -108,7 +103,15 @@ class Gangs:
             await self._delete_pod_groups(job, keep=group["metadata"]["name"])
         self._pod_groups.add((job.uid, action.restart))
 
-    async def _ensure_workload(self, job: Job, workload: dict[str, Any], claim: Claim) -> None:
+    async def ensure_workload(self, job: Job, claim: Claim) -> None:
+        """The job's Workload, unless known to match: a restart of the same gang size soon after costs
+        no POST and no 409. Later, or resized (its templates are immutable: deleted and recreated),
+        it is made sure of again, so a Workload someone deleted comes back with the next gang. Also
+        sent alone, beside a new job's first status write (``reconcile/first_pass.py``)."""
+        workload = gang_builders.build_workload(job)
+        known = self._workloads.get(job.uid)
+        if known is not None and known[0] == workload and self._clock() - known[1] <= self.memo_seconds:
+            return
         existing = await self._create(job, "Workload", "workloads", workload, claim)
         if existing is not None and not gang_builders.workload_matches(existing, job):
             await self.blocking.run(self.kube.delete_object, GROUP, VERSION, "workloads", job.namespace,

@@ -6,7 +6,8 @@ key). A worker takes a key and runs one pass: observe (``observer``), plan (pure
 ``reconcile.planner``), write the status (one patch per pass, and only on change), record the
 events right after that write (so an Event never announces something the status does not say,
 and a failing action cannot lose them; ``recorder`` sends them behind the pass), then execute
-the actions (``executor``). Decisions
+the actions (``executor``; a new job's first write goes with its first children,
+``reconcile.first_pass``). Decisions
 about jobs the planner cannot see (an invalid spec, refused pods) come from
 ``reconcile.refusals``; this module only writes them, the same way.
 """
@@ -15,9 +16,10 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -40,7 +42,8 @@ from dpjob_operator.k8s import errors
 from dpjob_operator.k8s.client import KubeClient
 from dpjob_operator.k8s.podcache import PodCache
 from dpjob_operator.reconcile.actions import Plan
-from dpjob_operator.reconcile.planner import next_wakeup, plan_job
+from dpjob_operator.reconcile.first_pass import writes_alongside
+from dpjob_operator.reconcile.planner import look_again_in, plan_job
 from dpjob_operator.reconcile.refusals import create_refused_status, invalid_spec_status
 
 log = logging.getLogger("dpjob.controller")
@@ -235,34 +238,29 @@ class Controller:
             table = dataclasses.replace(table, write_error=self.executor.rank_table_write_error(job.uid))
         plan = plan_job(job, status, seen.pods, now, self.cfg.pools.get(job.spec.accelerator), table,
                         seen.gang, seen.progress, seen.nodes)
-        if plan.status != status:
-            await self._write_status(key, body, plan.status)
-        self.recorder.record(body, plan.events)  # the status now says what they announce
-        await self._execute(key, job, body, plan, seen.pods)
+        announce = functools.partial(self._announce, key, body, plan, plan.status != status)
+        first = writes_alongside(status)  # a new job's: sent with its Service, rank table and Workload
+        if not first:
+            await announce()
+        await self._execute(key, job, body, plan, seen.pods, announce if first else None)
         self.timings.observe_pass(job, status, plan)
         if table is not None and table.write_error and self.executor.rank_table_write_error(job.uid) is None:
             return 0.0  # the table is stored now: say so at once instead of at the next resync
-        return self._look_again_in(job, plan, now, seen.awaiting_verdict)
+        return look_again_in(job, plan, now, self.cfg.resync_seconds,
+                             VERDICT_POLL_SECONDS if seen.awaiting_verdict else None)
 
-    def _look_again_in(self, job: Job, plan: Plan, now: datetime, awaiting_verdict: bool) -> float:
-        """The earliest of: the resync period, a time-based decision (deadline, TTL), a policy's own
-        ``wake_after``, and the poll for a gang verdict (a PodGroup is not watched)."""
-        due = [self.cfg.resync_seconds]
-        if awaiting_verdict:
-            due.append(VERDICT_POLL_SECONDS)
-        wake = next_wakeup(job, plan.status, now)
-        if wake is not None:
-            due.append(wake + 0.05)
-        if plan.wake_after is not None:
-            due.append(plan.wake_after + 0.05)
-        return min(due)
+    async def _announce(self, key: JobKey, body: dict[str, Any], plan: Plan, changed: bool) -> None:
+        """The pass's status (when it changed), then its events: the status now says what they announce."""
+        if changed:
+            await self._write_status(key, body, plan.status)
+        self.recorder.record(body, plan.events)
 
     async def _execute(self, key: JobKey, job: Job, body: dict[str, Any], plan: Plan,
-                       pods: Sequence[PodObservation]) -> None:
+                       pods: Sequence[PodObservation], first_write: Callable[[], Awaitable[None]] | None) -> None:
         """The plan's actions; refused pods are written into the status (then announced) before the
         failure goes on to the worker's backoff."""
         try:
-            await self.executor.execute(job, plan, pods)
+            await self.executor.execute(job, plan, pods, first_write)
         except ReportedFailure as failure:
             if failure.report is not None:
                 current = self.jobs.get(key, body)

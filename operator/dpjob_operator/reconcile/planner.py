@@ -5,7 +5,8 @@ same, so an operator restart (or a lost watch event) resumes without duplicating
 pod. Crash safety rests on one rule: the gang generation lives in ``status.restarts`` and
 every pod carries it in the ``dpjob.io/restart`` label; pods of another generation are stale
 and get deleted. The executor writes the status *before* acting, so a decided restart is never
-forgotten.
+forgotten (a new job's first write, with no decision in it yet, goes beside the children a later
+pass puts right: ``first_pass.py``).
 
 ``plan_job`` only orders the policies; each lives in its own module (see docs/architecture.md).
 """
@@ -103,3 +104,12 @@ def next_wakeup(job: Job, status: Mapping[str, Any], now: datetime) -> float | N
     if not due:
         return None
     return max(0.0, (min(due) - now).total_seconds())
+
+
+def look_again_in(job: Job, plan: Plan, now: datetime, resync_seconds: float, poll_seconds: float | None) -> float:
+    """Seconds until the job is looked at again unprompted: the earliest of the resync period, a
+    time-based decision (deadline, TTL), a policy's own ``wake_after``, and ``poll_seconds`` (while a
+    gang verdict is awaited: a PodGroup is not watched)."""
+    due = [resync_seconds] if poll_seconds is None else [resync_seconds, poll_seconds]
+    due += [wake + 0.05 for wake in (next_wakeup(job, plan.status, now), plan.wake_after) if wake is not None]
+    return min(due)
