@@ -218,7 +218,7 @@ def main(argv: list[str] | None = None) -> int:
     from devcluster import cluster, stack
 
     stack.apply_crds()
-    ensure_nodes(core, "cpu", max(2, -(-max([*sizes, args.rss_jobs * 5]) // 900)), {})
+    ensure_nodes(core, "cpu", max(2, -(-max([*sizes, args.jobs * 5, args.rss_jobs * 5]) // 900)), {})  # 2-8 ranks a job
     chart_replicas = stack.operator_replicas()
     stack.scale_operator(0)  # the chart's operator would share the work (and the Lease) with ours
     logs = DEVCLUSTER / "logs"

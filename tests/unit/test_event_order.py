@@ -21,6 +21,8 @@ OLD, NEW = "old-uid", "new-uid"
     ("ADDED", None, _job(NEW, 10), STORE),                        # first sight
     ("MODIFIED", _job(NEW, 10), _job(NEW, 12), STORE),            # a newer version
     ("MODIFIED", _job(NEW, 12), _job(NEW, 11), IGNORE),           # our status patch's answer came first
+    ("MODIFIED", _job(NEW, 12), _job(NEW, 12), IGNORE),           # the watch brings what we hold: no pass
+    ("MODIFIED", {"metadata": {"uid": NEW}}, {"metadata": {"uid": NEW}}, STORE),  # no version to compare
     ("DELETED", _job(NEW, 12), _job(NEW, 13), FORGET_JOB),        # the job is gone
     ("DELETED", None, _job(NEW, 13), FORGET_JOB),                 # gone before we held it
     # Deleted and applied again at once: the new job's ADDED came before the old job's last events.

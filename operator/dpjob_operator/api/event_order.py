@@ -9,6 +9,11 @@ loses the new job until something else touches it (a test caught it: the new job
 The resourceVersion orders them: a name can be created again only after the old object is gone,
 so every event of the old object is older than the new one's creation. Versions of one resource
 are comparable (KEP-5504); the controller compares them only within one name.
+
+An event of the very version held (the watch delivering our own status patch, whose answer the
+controller already holds, or a relist) says nothing new and starts no pass: client-go's
+controllers return early on an update whose ResourceVersion did not change. Before, every
+status write was followed by a pass that found nothing to do.
 """
 
 from __future__ import annotations
@@ -38,4 +43,5 @@ def on_job_event(event_type: str | None, held: Mapping[str, Any] | None, body: M
     older = held is not None and resource_version(held) > resource_version(body)
     if event_type == "DELETED":
         return FORGET_UID if older and uid(held) != uid(body) else FORGET_JOB
-    return IGNORE if older else STORE
+    same = held is not None and resource_version(body) > 0 and resource_version(held) == resource_version(body)
+    return IGNORE if older or same else STORE
