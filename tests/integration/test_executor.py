@@ -284,3 +284,41 @@ def test_a_namespace_being_deleted_is_told_from_an_active_one(api, core, namespa
         assert namespace_terminating(kube, namespace) is True
     finally:
         core.patch_namespaced_config_map("hold", namespace, {"metadata": {"finalizers": None}})
+
+
+def test_a_verdict_the_scheduler_writes_queues_the_jobs_pass_and_is_read_from_the_watch(api, namespace, harness):
+    """The PodGroup watch: a verdict written on our PodGroup (as kube-scheduler writes it) queues
+    the job, is then read with no GET, and only by the job that controls the group; while it is
+    watched, no pass polls for it."""
+    from kubernetes import client
+
+    from dpjob_operator.api.names import pod_group_name
+    from dpjob_operator.builders.gang import POD_GROUP_SCHEDULED, SCHEDULING_GROUP, SCHEDULING_VERSION
+    from dpjob_operator.controller.gang_verdicts import GangVerdicts
+    from dpjob_operator.reconcile.actions import EnsureGang
+
+    job = _gang_job(api, namespace, harness)
+    harness.run(job, Plan({}, [EnsureGang(0, 2)]))
+    gangs, queued = harness.executor.gangs, []
+    gangs.verdicts = GangVerdicts(gangs.kube, lambda ns, name: queued.append((ns, name)), (namespace,))
+    harness.loop.run_until_complete(gangs.detect("auto"))  # the server serves PodGroups: the watch starts
+    wait_until(lambda: gangs.verdicts is not None and gangs.verdicts.synced, what="the PodGroup watch listed")
+    reads: list[str] = []
+    get_object = gangs.kube.get_object
+    gangs.kube.get_object = lambda *a: reads.append(a[-1]) or get_object(*a)  # type: ignore[method-assign]
+    name = pod_group_name("exec", 0)
+    unbound = [PodObservation(name=f"exec-rank-{i}", uid=f"u{i}", index=i, restart=0, phase="Pending",
+                              pod_group=name) for i in range(2)]
+    observation, awaiting = harness.loop.run_until_complete(gangs.observe(job, 0, unbound))
+    assert observation.scheduled is None and awaiting is False  # no verdict yet, and no poll for one
+
+    verdict = {"type": POD_GROUP_SCHEDULED, "status": "False", "reason": "Unschedulable",
+               "message": "0/1 nodes are available", "lastTransitionTime": "2026-11-26T00:00:00Z"}
+    client.CustomObjectsApi(api).patch_namespaced_custom_object_status(
+        SCHEDULING_GROUP, SCHEDULING_VERSION, namespace, "podgroups", name, {"status": {"conditions": [verdict]}})
+    wait_until(lambda: queued == [(namespace, "exec")], what="the verdict queued the job's pass")
+    observation, awaiting = harness.loop.run_until_complete(gangs.observe(job, 0, unbound))
+    assert observation.scheduled is not None and observation.scheduled["reason"] == "Unschedulable"
+    assert awaiting is False and reads == []
+    assert gangs.verdicts.verdict(namespace, name, "another-jobs-uid") is None
+    gangs.stop()

@@ -16,7 +16,7 @@ import pytest
 from kubernetes import client
 
 from dpjob_operator.api import constants as c
-from dpjob_operator.k8s import podcache
+from dpjob_operator.k8s import podcache, reflector
 from dpjob_operator.k8s.client import KubeClient
 from dpjob_operator.k8s.connection import tuned
 from tests.support.waits import wait_until
@@ -68,7 +68,7 @@ def cache_with_pods(kube: KubeClient, core, namespace, monkeypatch) -> Iterator[
         core.create_namespaced_pod(namespace, _rank_pod(namespace, i))
     hook = PausingObserve(podcache.observe_pod, after=RANKS // 2)
     monkeypatch.setattr(podcache, "observe_pod", hook)
-    watch = kube.watch_pods_raw
+    watch = reflector.watch_raw
     fail_once = threading.Event()
 
     def watch_then_expire(*args: Any, **kwargs: Any) -> Any:
@@ -78,7 +78,7 @@ def cache_with_pods(kube: KubeClient, core, namespace, monkeypatch) -> Iterator[
                 fail_once.clear()
                 yield {"type": "ERROR", "object": {"code": 410, "message": "too old resource version"}}
 
-    monkeypatch.setattr(kube, "watch_pods_raw", watch_then_expire)
+    monkeypatch.setattr(reflector, "watch_raw", watch_then_expire)
     cache = podcache.PodCache(kube, on_change=lambda ns, job, urgent: None, namespaces=(namespace,))
     cache.start()
     assert cache.wait_synced(30)

@@ -287,6 +287,7 @@ def test_rbac_rules_are_least_privilege():
                  ("dpjob.io", "dataparalleljobs/finalizers", "update")}
     gang = {("scheduling.k8s.io", r, v)
             for r in ("workloads", "podgroups") for v in ("create", "get", "list", "delete")}
+    gang.add(("scheduling.k8s.io", "podgroups", "watch"))  # the scheduler's verdicts (controller/gang_verdicts.py)
     assert granted == expected | gang
     assert not any("*" in rule[k] for rule in role["rules"] for k in ("apiGroups", "resources", "verbs"))
     (role,) = [r for r in by_kind(render(set_=["gangScheduling=disabled"]), "ClusterRole")

@@ -8,6 +8,8 @@ from typing import Any
 
 import pytest
 
+from dpjob_operator.controller.gang_verdicts import GangVerdicts
+from dpjob_operator.controller.gangs import Gangs
 from dpjob_operator.controller.workqueue import WorkQueue
 from dpjob_operator.k8s.podcache import PodCache
 
@@ -16,9 +18,20 @@ pytestmark = pytest.mark.unit
 
 def test_a_silent_pod_watch_is_stuck_a_recent_one_is_not():
     cache = PodCache(kube=Any, on_change=lambda ns, job, urgent: None)  # type: ignore[arg-type]
-    assert cache.stuck(900) is None
-    cache._heartbeat = time.monotonic() - 1000
-    assert "silent for 1000s" in (cache.stuck(900) or "")
+    assert cache.stuck(900) is None and cache.stuck() is None
+    cache._reflector._heartbeat = time.monotonic() - 1000
+    assert "the pods watch has been silent for 1000s" in (cache.stuck(900) or "")
+    assert cache.stuck() is not None  # the default limit (900 s) is the one liveness uses
+
+
+def test_a_silent_pod_group_watch_is_stuck_only_once_started():
+    """The PodGroup watch runs only where the server serves PodGroups; unstarted, it is never stuck."""
+    verdicts = GangVerdicts(kube=Any, on_change=lambda ns, job: None)  # type: ignore[arg-type]
+    verdicts._reflector._heartbeat = time.monotonic() - 1000
+    gangs = Gangs(kube=Any, blocking=Any, verdicts=verdicts)  # type: ignore[arg-type]
+    assert gangs.stuck() is None
+    gangs._watch = verdicts  # what detect() does once the server is known to serve PodGroups
+    assert "the podgroups watch has been silent for 1000s" in (gangs.stuck() or "")
 
 
 def test_a_key_held_too_long_is_stuck_until_done():

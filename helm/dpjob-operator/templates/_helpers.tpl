@@ -95,10 +95,13 @@ and kopf use). Shared by the ClusterRole and the per-namespace Roles.
   verbs: [update]
 {{- if ne .Values.gangScheduling "disabled" }}
 # Gang scheduling (Kubernetes' Workload API): a Workload per job and a PodGroup per gang; the
-# operator reads the scheduler's verdict on the PodGroup and deletes old generations' groups.
+# operator watches the scheduler's verdicts on its PodGroups and deletes old generations' groups.
 - apiGroups: [scheduling.k8s.io]
-  resources: [workloads, podgroups]
+  resources: [workloads]
   verbs: [create, get, list, delete]
+- apiGroups: [scheduling.k8s.io]
+  resources: [podgroups]
+  verbs: [create, get, list, watch, delete]
 {{- end }}
 {{- end }}
 

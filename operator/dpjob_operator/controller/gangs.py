@@ -1,10 +1,10 @@
 """A job's gang on the API server: its Workload and PodGroups (see ``builders.gang`` for why).
 
 Creating them is remembered per (job uid, generation), so a steady job costs no API call per
-pass; the scheduler's verdict is read from the PodGroup only while some rank of it is unbound,
-the one moment it can tell us something the pods do not, and then at most once per
-``VERDICT_POLL_SECONDS``: a 4,096-rank gang binding for three minutes prompts a pass at every pod
-event, and reading the PodGroup in each made 1,100 GETs of one object.
+pass. The scheduler's verdict on a PodGroup comes from a watch of our PodGroups
+(``gang_verdicts``): a verdict that appears or changes queues a pass, and reading it costs
+nothing. Until that watch has listed once (or where it cannot run) the verdict is polled, read
+only while some rank is unbound and then at most once per ``VERDICT_POLL_SECONDS``.
 
 Claimed by controller UID like every child (``reconcile/claims.py``): a Workload or PodGroup of
 our name that this job does not control is never used, replaced or deleted; ``claim`` (the
@@ -27,21 +27,24 @@ from dpjob_operator.api.spec import Job
 from dpjob_operator.builders import gang as gang_builders
 from dpjob_operator.controller.blocking import Blocking
 from dpjob_operator.controller.children import Claim, create_or_claim
+from dpjob_operator.controller.gang_verdicts import GangVerdicts
 from dpjob_operator.k8s.client import KubeClient
 from dpjob_operator.reconcile.actions import EnsureGang
 from dpjob_operator.reconcile.claims import OURS, ownership
 
 log = logging.getLogger("dpjob.controller")
 GROUP, VERSION = gang_builders.SCHEDULING_GROUP, gang_builders.SCHEDULING_VERSION
-# The scheduler's verdict is not watched: it is polled this often while a rank is unbound.
+# Until the PodGroup watch has synced, the verdict is polled this often while a rank is unbound.
 VERDICT_POLL_SECONDS = 5.0
 
 
 class Gangs:
     def __init__(self, kube: KubeClient, blocking: Blocking, memo_seconds: float = 300.0,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic, verdicts: GangVerdicts | None = None) -> None:
         self.kube = kube
         self.blocking = blocking
+        self.verdicts = verdicts  # the PodGroup watch, if the caller wants one
+        self._watch: GangVerdicts | None = None  # the same, once started (the server serves PodGroups)
         self.memo_seconds = memo_seconds  # a Workload known this long ago is made sure of again
         self._clock = clock
         self.supported = False                         # the server schedules PodGroups
@@ -56,24 +59,37 @@ class Gangs:
             self.supported = await self.blocking.run(self.kube.serves, GROUP, VERSION, "podgroups")
         if self.supported:
             log.info("gang scheduling: PodGroups (%s/%s)", GROUP, VERSION)
+            if self.verdicts is not None:
+                self.verdicts.start()
+                self._watch = self.verdicts
         else:
             why = ("disabled in the operator's config" if mode == "disabled" else
                    f"the API server does not serve {GROUP}/{VERSION} podgroups")
             log.info("gang scheduling: off (%s)", why)
         return self.supported
 
+    def stop(self) -> None:
+        if self._watch is not None:
+            self._watch.stop()
+
+    def stuck(self) -> str | None:
+        """The PodGroup watch is wedged (liveness), or None."""
+        return self._watch.stuck() if self._watch is not None else None
+
     def enabled_for(self, job: Job) -> bool:
         return gang_builders.gang_enabled(job, self.supported)
 
     async def observe(self, job: Job, gen: int, pods: Sequence[PodObservation]) -> tuple[GangObservation, bool]:
-        """The scheduler's verdict on the gang, read only while some rank of our PodGroup is unbound
-        (and then reused for ``VERDICT_POLL_SECONDS``); and whether we are still waiting for its first
-        verdict (then the job is looked at again soon)."""
+        """The scheduler's verdict on the gang, while some rank of our PodGroup is unbound; and whether
+        to look again soon for a first verdict (only while it is polled: a watched one queues a pass)."""
         unbound = [p for p in pods if p.restart == gen and not p.deleting and not p.node and p.pod_group]
         verdict = None
+        watch = self._watch if self._watch is not None and self._watch.synced else None
         if unbound and (job.uid, gen) in self._pod_groups:
-            verdict = await self._verdict(job, gen)
-        return GangObservation(gang_builders.gang_min_count(job), verdict), bool(unbound) and verdict is None
+            verdict = (watch.verdict(job.namespace, pod_group_name(job.name, gen), job.uid)
+                       if watch is not None else await self._verdict(job, gen))
+        awaiting = bool(unbound) and verdict is None and watch is None
+        return GangObservation(gang_builders.gang_min_count(job), verdict), awaiting
 
     async def _verdict(self, job: Job, gen: int) -> dict[str, Any] | None:
         known = self._verdicts.get(job.uid)

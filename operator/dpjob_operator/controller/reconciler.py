@@ -1,15 +1,14 @@
 """The controller: job events and pod changes in, one reconcile pass per queued job key out.
 
-kopf feeds job events in (``job_event``) and the pod cache feeds pod changes in
-(``pod_changed``); both only enqueue the job's key (``workqueue``: deduplicated, one worker per
-key). A worker takes a key and runs one pass: observe (``observer``), plan (pure, in
-``reconcile.planner``), write the status (one patch per pass, and only on change), record the
-events right after that write (so an Event never announces something the status does not say,
-and a failing action cannot lose them; ``recorder`` sends them behind the pass), then execute
+kopf feeds job events in (``job_event``), the pod cache pod changes and the PodGroup watch the
+scheduler's verdicts (``pod_changed``); all only enqueue the job's key (``workqueue``:
+deduplicated, one worker per key). A worker takes a key and runs one pass: observe (``observer``),
+plan (pure, in ``reconcile.planner``), write the status (one patch per pass, and only on change),
+record the events right after that write (so an Event never announces something the status does
+not say, and a failing action cannot lose them; ``recorder`` sends them behind the pass), then execute
 the actions (``executor``; a new job's first write goes with its first children,
-``reconcile.first_pass``). Decisions
-about jobs the planner cannot see (an invalid spec, refused pods) come from
-``reconcile.refusals``; this module only writes them, the same way.
+``reconcile.first_pass``). Decisions about jobs the planner cannot see (an invalid spec, refused
+pods) come from ``reconcile.refusals``; this module only writes them, the same way.
 """
 
 from __future__ import annotations
@@ -30,6 +29,7 @@ from dpjob_operator.api.spec import Job, SpecError, parse_job
 from dpjob_operator.config import OperatorConfig
 from dpjob_operator.controller.blocking import Blocking
 from dpjob_operator.controller.executor import Executor
+from dpjob_operator.controller.gang_verdicts import GangVerdicts
 from dpjob_operator.controller.gangs import VERDICT_POLL_SECONDS, Gangs
 from dpjob_operator.controller.observer import Observer
 from dpjob_operator.controller.progress import ProgressReader
@@ -51,7 +51,6 @@ JobKey = tuple[str, str]
 
 
 STALE_RETRY_SECONDS = 0.2
-WATCH_SILENCE_LIMIT = 900.0  # 2.5x a watch's longest life (server timeout 300 s + read deadline)
 PASS_LIMIT = 600.0           # a pass makes bounded calls, each with a 30 s deadline
 
 
@@ -68,7 +67,9 @@ class Controller:
         self.pods = PodCache(kube, self.pod_changed, cfg.namespaces)
         self.jobs: dict[JobKey, dict[str, Any]] = {}
         self.queue: WorkQueue[JobKey] = WorkQueue(metrics.CONTROLLER, loop)
-        self.gangs = Gangs(kube, self.blocking, memo_seconds=10 * cfg.resync_seconds)
+        # A verdict joins the pods' batch: a Scheduled one comes with every rank's binding anyway.
+        verdicts = GangVerdicts(kube, functools.partial(self.pod_changed, urgent=False), cfg.namespaces)
+        self.gangs = Gangs(kube, self.blocking, memo_seconds=10 * cfg.resync_seconds, verdicts=verdicts)
         self.timings = Timings()
         self.progress = ProgressReader(self.enqueue)  # called on the loop: a new step enqueues the job
         self.observer = Observer(self.pods, self.gangs, self.progress, kube, self.blocking, cfg)
@@ -100,7 +101,7 @@ class Controller:
         self.enqueue(key)
 
     def pod_changed(self, namespace: str, job_name: str, urgent: bool) -> None:
-        """Called from the pod-watch thread: a pass now, or once the batch of progress is in."""
+        """Called from a watch thread (pods, PodGroups): a pass now, or once the batch of progress is in."""
         delay = 0.0 if urgent else self.cfg.pod_batch_seconds
         self.loop.call_soon_threadsafe(self.enqueue, (namespace, job_name), delay)
 
@@ -172,12 +173,13 @@ class Controller:
         if not await self.blocking.drain(drain_seconds):
             log.warning("API calls still running %.0fs after stop; not waiting for them", drain_seconds)
         self.pods.stop()
+        self.gangs.stop()
         for collector in self._collectors:  # a stopped controller reports no jobs (and can be replaced)
             metrics.REGISTRY.unregister(collector)
 
     def stuck(self) -> str | None:
         """Why the controller cannot make progress any more (liveness), or None."""
-        return self.pods.stuck(WATCH_SILENCE_LIMIT) or self.queue.stuck(PASS_LIMIT)
+        return self.pods.stuck() or self.gangs.stuck() or self.queue.stuck(PASS_LIMIT)
 
     async def _worker(self) -> None:
         while True:

@@ -12,7 +12,7 @@ import json
 import logging
 import time
 import uuid
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
@@ -117,46 +117,6 @@ class KubeClient:
             if e.status == 404 or (e.status == 409 and uid):
                 return False
             raise
-
-    def list_pods_raw(self, label_selector: str, namespace: str | None = None) -> tuple[list[dict[str, Any]], str]:
-        """List pods as raw dicts (no model deserialization), paginated; returns (items, resourceVersion)."""
-        items: list[dict[str, Any]] = []
-        token = None
-        while True:
-            kwargs: dict[str, Any] = {"label_selector": label_selector, "limit": 500, "_preload_content": False}
-            if token:
-                kwargs["_continue"] = token
-            if namespace:
-                resp = self._call("GET", self.core.list_namespaced_pod, namespace, **kwargs)
-            else:
-                resp = self._call("GET", self.core.list_pod_for_all_namespaces, **kwargs)
-            data = json.loads(resp.data)
-            items.extend(data.get("items") or [])
-            token = (data.get("metadata") or {}).get("continue")
-            if not token:
-                return items, data["metadata"]["resourceVersion"]
-
-    def watch_pods_raw(self, label_selector: str, resource_version: str, namespace: str | None = None,
-                       timeout_seconds: int = 300) -> Iterator[dict[str, Any]]:
-        """Yield raw watch events ({type, object}) until the server closes the stream."""
-        kwargs: dict[str, Any] = {"label_selector": label_selector, "watch": True,
-                                  "resource_version": resource_version, "allow_watch_bookmarks": True,
-                                  "timeout_seconds": timeout_seconds, "_preload_content": False,
-                                  "_request_timeout": (10, timeout_seconds + 30)}
-        if namespace:
-            resp = self._call("WATCH", self.core.list_namespaced_pod, namespace, **kwargs)
-        else:
-            resp = self._call("WATCH", self.core.list_pod_for_all_namespaces, **kwargs)
-        buf = b""
-        try:
-            for chunk in resp.stream(65536, decode_content=False):
-                buf += chunk
-                while b"\n" in buf:
-                    line, buf = buf.split(b"\n", 1)
-                    if line.strip():
-                        yield json.loads(line)
-        finally:
-            resp.release_conn()
 
     # ---- services and configmaps -----------------------------------------------------
 
