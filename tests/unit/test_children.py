@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from dpjob_operator.controller.blocking import together
-from dpjob_operator.controller.children import ChildGone, create_or_claim
+from dpjob_operator.controller.children import ChildGone, create_or_claim, read_and_claim
 
 pytestmark = pytest.mark.unit
 
@@ -57,6 +57,21 @@ def test_create_or_claim(created: bool, there: dict[str, Any] | None, expect: An
         got = asyncio.run(run())
         assert (got or {}).get("metadata", {}).get("uid") == expect
     assert reads == ([] if created else [1]), "read only after a 409"
+
+
+@pytest.mark.parametrize(("there", "expect"), [
+    (None, None),                                                   # absent: nothing to claim
+    ({"metadata": {"uid": "ours", "name": "a"}}, "ours"),            # ours: returned as read
+    ({"metadata": {"uid": "theirs", "name": "a"}}, NotOurs),         # someone else's: never used
+])
+def test_read_and_claim(there: dict[str, Any] | None, expect: Any) -> None:
+    """What a memo's re-check reads (a rank-table ConfigMap someone may have changed)."""
+    run = read_and_claim("ConfigMap", lambda: _value(there), _claim)
+    if isinstance(expect, type):
+        with pytest.raises(expect):
+            asyncio.run(run)
+    else:
+        assert ((asyncio.run(run) or {}).get("metadata") or {}).get("uid") == expect
 
 
 def test_together_lets_every_step_finish_and_raises_the_first_failure() -> None:

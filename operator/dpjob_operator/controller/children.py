@@ -22,14 +22,22 @@ class ChildGone(RuntimeError):
     backoff retries; nothing to report)."""
 
 
+async def read_and_claim(kind: str, read: Callable[[], Awaitable[dict[str, Any] | None]],
+                         claim: Claim) -> dict[str, Any] | None:
+    """The object if ``claim`` accepts it (ours), None if absent; anyone else's makes ``claim`` raise."""
+    current = await read()
+    if current is not None:
+        claim(kind, current.get("metadata") or {})
+    return current
+
+
 async def create_or_claim(kind: str, name: str, create: Callable[[], Awaitable[bool]],
                           read: Callable[[], Awaitable[dict[str, Any] | None]],
                           claim: Claim) -> dict[str, Any] | None:
     """None when ``create`` made it (True); else the existing object, once ``claim`` has accepted it."""
     if await create():
         return None
-    current = await read()
+    current = await read_and_claim(kind, read, claim)
     if current is None:
         raise ChildGone(f"{kind} {name} was deleted while being created")
-    claim(kind, current.get("metadata") or {})
     return current

@@ -21,7 +21,7 @@ from dpjob_operator.builders.configmaps import build_ranktable_configmaps
 from dpjob_operator.builders.pods import build_headless_service
 from dpjob_operator.config import OperatorConfig
 from dpjob_operator.controller.blocking import Blocking, together
-from dpjob_operator.controller.children import create_or_claim
+from dpjob_operator.controller.children import create_or_claim, read_and_claim
 from dpjob_operator.controller.expectations import Expectations
 from dpjob_operator.controller.gangs import Gangs
 from dpjob_operator.controller.podwriter import PodWriter
@@ -178,16 +178,15 @@ class Executor:
                                create: Callable[[], Awaitable[bool]]) -> dict[str, Any] | None:
         """``children.create_or_claim`` for a Service or ConfigMap of ``job``."""
         kind, name = obj["kind"], obj["metadata"]["name"]
-        return await create_or_claim(kind, name, create,
-                                     lambda: self.blocking.run(self.kube.read_raw, kind, job.namespace, name),
+        return await create_or_claim(kind, name, create, self._reader(job, kind, name),
                                      functools.partial(self._check_claim, job))
 
     async def _claim_child(self, job: Job, kind: str, name: str) -> dict[str, Any] | None:
         """The object if this job controls it, None if absent (see ``_check_claim``)."""
-        body = await self.blocking.run(self.kube.read_raw, kind, job.namespace, name)
-        if body is not None:
-            self._check_claim(job, kind, body.get("metadata") or {})
-        return body
+        return await read_and_claim(kind, self._reader(job, kind, name), functools.partial(self._check_claim, job))
+
+    def _reader(self, job: Job, kind: str, name: str) -> Callable[[], Awaitable[dict[str, Any] | None]]:
+        return functools.partial(self.blocking.run, self.kube.read_raw, kind, job.namespace, name)
 
     def _check_claim(self, job: Job, kind: str, meta: Mapping[str, Any]) -> None:
         """Return if this job controls the object; another job's is waited for
