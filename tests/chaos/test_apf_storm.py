@@ -2,9 +2,10 @@
 
 The operator runs as a ServiceAccount (system:masters, the tests' usual identity, is exempt from
 APF) whose requests a FlowSchema sends to a priority level of a few seats that rejects at once
-instead of queueing. Ten 8-rank jobs applied together then meet 429s on every burst. The work
-must converge (every job Running, every rank created once) with retries that stay bounded: the
-operator honours Retry-After and backs off per job instead of hammering.
+instead of queueing; its Lease requests alone go to the built-in ``leader-election`` level. Ten
+8-rank jobs applied together then meet 429s on every burst. The work must converge (every job
+Running, every rank created once) with retries that stay bounded: the operator honours
+Retry-After and backs off per job instead of hammering.
 """
 
 from __future__ import annotations
@@ -43,7 +44,18 @@ def _apf_objects(namespace: str, sa: str) -> list[dict]:
                                   "resourceRules": [{"verbs": ["*"], "apiGroups": ["*"], "resources": ["*"],
                                                      "namespaces": ["*"], "clusterScope": True}],
                                   "nonResourceRules": [{"verbs": ["*"], "nonResourceURLs": ["*"]}]}]}}
-    return [level, schema]
+    # The operator's Lease requests go where kube-controller-manager's go (the built-in
+    # leader-election level), as a cluster running it under APF pressure should set up: the storm
+    # is on its work, and a leader that cannot renew within its deadline exits (by design).
+    leases = {"apiVersion": "flowcontrol.apiserver.k8s.io/v1", "kind": "FlowSchema",
+              "metadata": {"name": f"{LEVEL}-leases"},
+              "spec": {"priorityLevelConfiguration": {"name": "leader-election"}, "matchingPrecedence": 40,
+                       "distinguisherMethod": {"type": "ByUser"},
+                       "rules": [{"subjects": [{"kind": "ServiceAccount",
+                                                "serviceAccount": {"name": sa, "namespace": namespace}}],
+                                  "resourceRules": [{"verbs": ["*"], "apiGroups": ["coordination.k8s.io"],
+                                                     "resources": ["leases"], "namespaces": ["*"]}]}]}}
+    return [level, schema, leases]
 
 
 def _rejected(metrics: str) -> float:
