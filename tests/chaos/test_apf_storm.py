@@ -2,7 +2,8 @@
 
 The operator runs as a ServiceAccount (system:masters, the tests' usual identity, is exempt from
 APF) whose requests a FlowSchema sends to a priority level of a few seats that rejects at once
-instead of queueing; its Lease requests alone go to the built-in ``leader-election`` level. Ten
+instead of queueing; its Lease requests alone go to the built-in ``leader-election`` level, by the
+chart's own FlowSchema (``leaderElection.priorityLevel``), rendered for this ServiceAccount. Ten
 8-rank jobs applied together then meet 429s on every burst. The work must converge (every job
 Running, every rank created once) with retries that stay bounded: the operator honours
 Retry-After and backs off per job instead of hammering.
@@ -20,7 +21,7 @@ import yaml
 from tests.support import cluster as dpj
 from tests.support.builders import JobBuilder
 from tests.support.cluster import kubectl
-from tests.support.helm import service_account_kubeconfig
+from tests.support.helm import render, service_account_kubeconfig
 from tests.support.operator import OperatorProcess
 from tests.support.paths import DEVCLUSTER
 
@@ -28,6 +29,14 @@ pytestmark = pytest.mark.chaos
 
 JOBS, RANKS = 10, 8
 LEVEL = "dpjob-storm"
+
+
+def _chart_lease_schema(lease_namespace: str, sa: str) -> list[dict]:
+    """The chart's FlowSchema for the Lease requests of ServiceAccount ``sa`` (in the Lease's
+    namespace, as in an install), matched before the storm's own schema (precedence 50)."""
+    return render("storm", lease_namespace,
+                  set_=[f"serviceAccount.name={sa}", "leaderElection.flowSchemaPrecedence=40"],
+                  extra=["--show-only", "templates/leader-election-flowschema.yaml"])
 
 
 def _apf_objects(namespace: str, sa: str) -> list[dict]:
@@ -44,18 +53,7 @@ def _apf_objects(namespace: str, sa: str) -> list[dict]:
                                   "resourceRules": [{"verbs": ["*"], "apiGroups": ["*"], "resources": ["*"],
                                                      "namespaces": ["*"], "clusterScope": True}],
                                   "nonResourceRules": [{"verbs": ["*"], "nonResourceURLs": ["*"]}]}]}}
-    # The operator's Lease requests go where kube-controller-manager's go (the built-in
-    # leader-election level), as a cluster running it under APF pressure should set up: the storm
-    # is on its work, and a leader that cannot renew within its deadline exits (by design).
-    leases = {"apiVersion": "flowcontrol.apiserver.k8s.io/v1", "kind": "FlowSchema",
-              "metadata": {"name": f"{LEVEL}-leases"},
-              "spec": {"priorityLevelConfiguration": {"name": "leader-election"}, "matchingPrecedence": 40,
-                       "distinguisherMethod": {"type": "ByUser"},
-                       "rules": [{"subjects": [{"kind": "ServiceAccount",
-                                                "serviceAccount": {"name": sa, "namespace": namespace}}],
-                                  "resourceRules": [{"verbs": ["*"], "apiGroups": ["coordination.k8s.io"],
-                                                     "resources": ["leases"], "namespaces": ["*"]}]}]}}
-    return [level, schema, leases]
+    return [level, schema]
 
 
 def _rejected(metrics: str) -> float:
@@ -69,13 +67,13 @@ def _rejected(metrics: str) -> float:
 
 @pytest.fixture()
 def throttled_operator(namespace, operator, tmp_path: Path) -> Iterator[OperatorProcess]:
-    sa = "dpjob-storm"
-    kubectl("create", "serviceaccount", sa, "-n", namespace)
+    sa, home = "dpjob-storm", operator.lease_key[0]  # the ServiceAccount lives where the Lease does, as installed
+    kubectl("create", "serviceaccount", sa, "-n", home)
     kubectl("create", "clusterrolebinding", f"{sa}-{namespace}", "--clusterrole=cluster-admin",
-            f"--serviceaccount={namespace}:{sa}")
-    objects = yaml.safe_dump_all(_apf_objects(namespace, sa))
+            f"--serviceaccount={home}:{sa}")
+    objects = yaml.safe_dump_all(_apf_objects(home, sa) + _chart_lease_schema(home, sa))
     kubectl("apply", "-f", "-", stdin=objects)
-    kc = service_account_kubeconfig(namespace, sa, tmp_path / "storm.kubeconfig")
+    kc = service_account_kubeconfig(home, sa, tmp_path / "storm.kubeconfig")
     operator.stop()  # the shared operator releases the Lease; the throttled one takes it
     storm = OperatorProcess(kc, DEVCLUSTER / "logs" / "operator-storm.log")
     storm.start()
@@ -83,6 +81,7 @@ def throttled_operator(namespace, operator, tmp_path: Path) -> Iterator[Operator
     storm.stop()
     kubectl("delete", "-f", "-", stdin=objects, check=False)
     kubectl("delete", "clusterrolebinding", f"{sa}-{namespace}", check=False)
+    kubectl("delete", "serviceaccount", sa, "-n", home, check=False)
 
 
 def test_a_429_storm_converges_with_bounded_retries(api, core, namespace, throttled_operator):

@@ -85,9 +85,9 @@ def template(release: str = "dpjob", namespace: str = "dpjob-system", *, values:
 
 
 def render(release: str = "dpjob", namespace: str = "dpjob-system", *, values: Mapping[str, Any] | None = None,
-           set_: Iterable[str] = (), include_crds: bool = False) -> list[dict[str, Any]]:
+           set_: Iterable[str] = (), include_crds: bool = False, extra: Iterable[str] = ()) -> list[dict[str, Any]]:
     """The rendered manifests as parsed objects (empty documents dropped)."""
-    extra = ["--include-crds"] if include_crds else []
+    extra = [*extra, "--include-crds"] if include_crds else list(extra)
     out = template(release, namespace, values=values, set_=set_, extra=extra).stdout
     return [d for d in yaml.safe_load_all(out) if d]
 

@@ -177,11 +177,12 @@ def test_default_render():
     objs = render()
     kinds = sorted(o["kind"] for o in objs)
     # The metrics gate adds a reader ClusterRole, ServiceAccount, token Secret and binding, and the
-    # operator's system:auth-delegator binding (tests/unit/test_chart_metrics_auth.py).
+    # operator's system:auth-delegator binding (tests/unit/test_chart_metrics_auth.py); leader
+    # election its Lease FlowSchema (tests/unit/test_chart_leader_election.py).
     assert kinds == sorted(["ServiceAccount", "ClusterRole", "ClusterRoleBinding", "ConfigMap", "Deployment",
                             "Service", "ConfigMap", "ConfigMap", "Role", "RoleBinding",
                             "ClusterRole", "ClusterRoleBinding", "ClusterRoleBinding", "ServiceAccount",
-                            "Secret"]), kinds
+                            "Secret", "FlowSchema"]), kinds
     dep = by_kind(objs, "Deployment")[0]
     assert dep["spec"]["replicas"] == 1
     # Leader election is on: an upgrade starts the new pod as a standby before the old one stops.
