@@ -6,7 +6,8 @@ pods exist and when N are Running. ``OperatorSample`` reads an operator process'
 and RSS (now and peak) from /proc and its API request count from its own
 ``rest_client_requests_total`` (dpjob's and controller-runtime's share the name).
 ``apiserver_requests`` reads the API server's own ``apiserver_request_total``: every client's
-requests (operators, kube-scheduler, kwok, the benchmark), the load the control plane really saw.
+requests (operators, kube-scheduler, kwok, the benchmark), the load the control plane really saw;
+``store_state`` the size of its store when a run began.
 """
 
 from __future__ import annotations
@@ -82,21 +83,39 @@ class OperatorSample:
         return calls
 
 
-def apiserver_requests(core: client.CoreV1Api) -> dict[str, float]:
-    """The API server's ``apiserver_request_total`` by verb and resource (``"POST pods"``,
-    ``"PATCH dataparalleljobs/status"``), summed over codes."""
+def apiserver_metrics(core: client.CoreV1Api) -> str:
+    """The API server's own /metrics, as text."""
     api = core.api_client
     method, url, headers, body, post = api.param_serialize("GET", "/metrics", auth_settings=["BearerToken"])
     response = api.call_api(method, url, headers, body, post, _request_timeout=30)
     response.read()
+    return str(response.data.decode())
+
+
+def apiserver_requests(metrics: str) -> dict[str, float]:
+    """The API server's ``apiserver_request_total`` by verb and resource (``"POST pods"``,
+    ``"PATCH dataparalleljobs/status"``), summed over codes."""
     counts: dict[str, float] = {}
-    for line in response.data.decode().splitlines():
+    for line in metrics.splitlines():
         if line.startswith("apiserver_request_total{"):
             labels = dict(re.findall(r'(\w+)="([^"]*)"', line))
             key = f"{labels.get('verb')} {labels.get('resource', '')}" + (
                 f"/{labels['subresource']}" if labels.get("subresource") else "")
             counts[key] = counts.get(key, 0.0) + float(line.rsplit(" ", 1)[1])
     return counts
+
+
+def store_state(metrics: str) -> dict[str, float]:
+    """How big the store is: etcd's database file (``apiserver_storage_size_bytes``, MB) and the
+    objects it holds (``apiserver_storage_objects``, every resource). A cluster slows as they grow
+    over a session (a 1,000-job run leaves a bigger database behind), so each run records them."""
+    size = objects = 0.0
+    for line in metrics.splitlines():
+        if line.startswith("apiserver_storage_size_bytes"):
+            size += float(line.rsplit(" ", 1)[1])
+        elif line.startswith("apiserver_storage_objects{"):
+            objects += max(0.0, float(line.rsplit(" ", 1)[1]))  # -1: not yet counted
+    return {"etcd_db_mb": round(size / 2**20, 1), "stored_objects": objects}
 
 
 def _top(after: dict[str, float], before: dict[str, float], n: int = 12) -> dict[str, float]:
@@ -127,12 +146,13 @@ class RunMeter:
         """Read everything now; the returned function reads again and gives the differences."""
         sample = self.operator(engine)
         before = sample.read() if sample else None
-        cpu, server = self._cpu(), apiserver_requests(self.core)
+        metrics = apiserver_metrics(self.core)
+        cpu, server, store = self._cpu(), apiserver_requests(metrics), store_state(metrics)
 
         def end() -> dict[str, Any]:
-            now = apiserver_requests(self.core)
+            now = apiserver_requests(apiserver_metrics(self.core))
             row: dict[str, Any] = {"apiserver_requests": sum(now.values()) - sum(server.values()),
-                                   "apiserver_top": _top(now, server)}
+                                   "apiserver_top": _top(now, server), **store}
             row.update({f"cpu_{name}_s": round(now - cpu[name], 3) for name, now in self._cpu().items() if name in cpu})
             if sample and before:
                 row.update(sample.read().minus(before))

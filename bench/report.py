@@ -8,6 +8,8 @@ from typing import Any
 ENGINES = ("raw", "dpjob", "dpjob-nogang", "kubeflow")
 METRICS = ("created_s", "running_s", "cpu_s", "rss_mb", "peak_rss_mb", "api_requests", "apiserver_requests",
            "reconcile_p50_s", "reconcile_p99_s", "api_call_p99_s", "reconcile_passes")
+# The store when each run began (bench/measure.py store_state): a bigger one can make a run slower.
+STORE = ("etcd_db_mb", "stored_objects")
 # CPU seconds of each control-plane process during a run (bench/measure.py RunMeter): where the time went.
 PROCESSES = ("kube-apiserver", "etcd", "kube-scheduler", "kube-controller-manager", "kwok")
 
@@ -30,7 +32,7 @@ def summarize(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 continue
             entry: dict[str, Any] = {"scenario": scenario, "ranks": runs[0]["ranks"], "engine": engine,
                                      "runs": len(runs)}
-            for key in METRICS + tuple(f"cpu_{p}_s" for p in PROCESSES):
+            for key in METRICS + STORE + tuple(f"cpu_{p}_s" for p in PROCESSES):
                 if any(key in r for r in runs):
                     entry[key] = median_spread([r.get(key) for r in runs])
             out.append(entry)
@@ -97,6 +99,17 @@ def _cpu_row(entry: dict[str, Any]) -> str | None:
             f"| {sum(c for c in cells if c is not None):.1f} |")
 
 
+def _store_note(summary: list[dict[str, Any]]) -> list[str]:
+    """The range of the store's size over every run (one line), or nothing if it was not read."""
+    stats = {key: [e[key] for e in summary if (e.get(key) or {}).get("median") is not None] for key in STORE}
+    if not all(stats.values()):
+        return []
+    size, objects = ((min(s["min"] for s in stats[k]), max(s["max"] for s in stats[k])) for k in STORE)
+    return [f"the store when each run began: etcd database {size[0]:.0f}-{size[1]:.0f} MB, "
+            f"{objects[0]:,.0f}-{objects[1]:,.0f} objects (it grows over a session, and a run on a bigger "
+            "store can be slower: compare runs of one session, on a store of about the same size)."]
+
+
 def markdown(summary: list[dict[str, Any]], meta: dict[str, Any]) -> str:
     lines = [f"Run {meta['date']} on {meta['machine']}; {meta['reps']} repetitions, engine order rotated; "
              "median (min-max) seconds. dpjob: " + ", ".join(f"{k} {v}" for k, v in meta["dpjob"].items())
@@ -111,5 +124,5 @@ def markdown(summary: list[dict[str, Any]], meta: dict[str, Any]) -> str:
                 f"{meta['machine'].split(', ')[1]}, so CPU seconds near that many times the wall seconds "
                 "mean the run was CPU-bound.")
         lines += ["", note, "", CPU_HEADER, "|" + "---|" * (CPU_HEADER.count(" | ") + 1), *cpu]
-    lines += [""] + [f"- {note}" for note in meta.get("notes", [])]
+    lines += [""] + [f"- {note}" for note in meta.get("notes", []) + _store_note(summary)]
     return "\n".join(lines) + "\n"

@@ -54,3 +54,27 @@ def test_where_the_cpu_went_sums_the_processes_of_each_run():
     header = table.index(next(line for line in table if line.startswith("| scenario | engine | all Running s")))
     assert table[header + 2] == "| 1 job x 8 | dpjob | 2.0 | 0.5 | 1.0 | 0.2 | 0.2 | 0.0 | 0.5 | 2.5 |"
     assert not any(line.startswith("| 1 job x 8 | raw | 1.5 |") for line in table)  # nothing measured for it
+
+
+def test_the_store_each_run_began_on_is_one_line_from_the_smallest_to_the_biggest():
+    rows = [{"scenario": "1 job x 8", "engine": engine, "ranks": 8, "created_s": 1.0, "running_s": 1.0, "rep": 0,
+             "etcd_db_mb": size, "stored_objects": objects}
+            for engine, size, objects in (("raw", 41.7, 3200.0), ("dpjob", 55.2, 12345.0))]
+    assert markdown(summarize(rows), META).splitlines()[-1] == (
+        "- the store when each run began: etcd database 42-55 MB, 3,200-12,345 objects (it grows over a "
+        "session, and a run on a bigger store can be slower: compare runs of one session, on a store of "
+        "about the same size).")
+    assert not any("the store when" in line for line in markdown(summarize(_rows()), META).splitlines())
+
+
+def test_the_store_is_read_from_the_api_servers_own_metrics():
+    from bench.measure import store_state
+
+    metrics = "\n".join([
+        '# TYPE apiserver_storage_size_bytes gauge',
+        'apiserver_storage_size_bytes{storage_cluster_id="etcd-0"} 4.194304e+07',
+        'apiserver_storage_objects{resource="pods"} 512',
+        'apiserver_storage_objects{resource="events"} 88',
+        'apiserver_storage_objects{resource="leases.coordination.k8s.io"} -1',
+    ])
+    assert store_state(metrics) == {"etcd_db_mb": 40.0, "stored_objects": 600.0}
