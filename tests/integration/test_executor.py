@@ -243,31 +243,6 @@ def test_a_first_pass_planned_from_an_old_view_makes_no_pod_group_and_no_pod_and
     assert len(dpj.rank_pods(core, namespace, "exec")) == 3
 
 
-def test_the_schedulers_verdict_is_read_once_per_poll_however_many_passes_ask(api, namespace, harness):
-    """Every pod event of an unbound gang prompts a pass; the PodGroup is read at most once per poll."""
-    from dpjob_operator.api.names import pod_group_name
-    from dpjob_operator.api.observed import PodObservation
-    from dpjob_operator.reconcile.actions import EnsureGang
-
-    job = _gang_job(api, namespace, harness)
-    harness.run(job, Plan({}, [EnsureGang(0, 2)]))
-    gangs = harness.executor.gangs
-    reads: list[str] = []
-    get_object = gangs.kube.get_object
-
-    def counted(*args: Any) -> Any:
-        reads.append(args[-1])
-        return get_object(*args)
-
-    gangs.kube.get_object = counted  # type: ignore[method-assign]  # the real call, counted
-    unbound = [PodObservation(name=f"exec-rank-{i}", uid=f"u{i}", index=i, restart=0, phase="Pending",
-                              pod_group=pod_group_name("exec", 0)) for i in range(2)]
-    for _ in range(20):
-        observation, awaiting = harness.loop.run_until_complete(gangs.observe(job, 0, unbound))
-        assert awaiting == (observation.scheduled is None)
-    assert reads == [pod_group_name("exec", 0)]
-
-
 def test_a_namespace_being_deleted_is_told_from_an_active_one(api, core, namespace):
     """What keeps a namespace deletion from restarting its gangs: read from the real API server."""
     from kubernetes import client
@@ -288,8 +263,8 @@ def test_a_namespace_being_deleted_is_told_from_an_active_one(api, core, namespa
 
 def test_a_verdict_the_scheduler_writes_queues_the_jobs_pass_and_is_read_from_the_watch(api, namespace, harness):
     """The PodGroup watch: a verdict written on our PodGroup (as kube-scheduler writes it) queues
-    the job, is then read with no GET, and only by the job that controls the group; while it is
-    watched, no pass polls for it."""
+    the job, is then read with no GET, and only by the job that controls the group. The verdict has
+    no polled path: the controller starts work only once this watch has listed (``wait_synced``)."""
     from kubernetes import client
 
     from dpjob_operator.api.names import pod_group_name
@@ -302,23 +277,70 @@ def test_a_verdict_the_scheduler_writes_queues_the_jobs_pass_and_is_read_from_th
     gangs, queued = harness.executor.gangs, []
     gangs.verdicts = GangVerdicts(gangs.kube, lambda ns, name: queued.append((ns, name)), (namespace,))
     harness.loop.run_until_complete(gangs.detect("auto"))  # the server serves PodGroups: the watch starts
-    wait_until(lambda: gangs.verdicts is not None and gangs.verdicts.synced, what="the PodGroup watch listed")
+    assert gangs.wait_synced(30), "the PodGroup watch listed"
     reads: list[str] = []
     get_object = gangs.kube.get_object
     gangs.kube.get_object = lambda *a: reads.append(a[-1]) or get_object(*a)  # type: ignore[method-assign]
     name = pod_group_name("exec", 0)
     unbound = [PodObservation(name=f"exec-rank-{i}", uid=f"u{i}", index=i, restart=0, phase="Pending",
                               pod_group=name) for i in range(2)]
-    observation, awaiting = harness.loop.run_until_complete(gangs.observe(job, 0, unbound))
-    assert observation.scheduled is None and awaiting is False  # no verdict yet, and no poll for one
+    assert gangs.observe(job, 0, unbound).scheduled is None  # no verdict yet
 
     verdict = {"type": POD_GROUP_SCHEDULED, "status": "False", "reason": "Unschedulable",
                "message": "0/1 nodes are available", "lastTransitionTime": "2026-11-26T00:00:00Z"}
     client.CustomObjectsApi(api).patch_namespaced_custom_object_status(
         SCHEDULING_GROUP, SCHEDULING_VERSION, namespace, "podgroups", name, {"status": {"conditions": [verdict]}})
     wait_until(lambda: queued == [(namespace, "exec")], what="the verdict queued the job's pass")
-    observation, awaiting = harness.loop.run_until_complete(gangs.observe(job, 0, unbound))
+    observation = gangs.observe(job, 0, unbound)
     assert observation.scheduled is not None and observation.scheduled["reason"] == "Unschedulable"
-    assert awaiting is False and reads == []
+    assert reads == []
     assert gangs.verdicts.verdict(namespace, name, "another-jobs-uid") is None
+    gangs.stop()
+
+
+def test_a_new_gangs_pods_go_with_its_pod_group_unless_another_job_holds_its_name(api, core, namespace, harness):
+    """One round trip less for every new gang: its pods are created together with its PodGroup (the
+    scheduler holds a pod until its PodGroup exists). Proof of "together": the PodGroup's create
+    waits here until a pod's create has begun, which, one after the other, would never happen.
+    A PodGroup of that name that another job controls, as the watch sees it, keeps the pods back."""
+    import dataclasses
+    import threading
+
+    from kubernetes import client
+
+    from dpjob_operator.builders.gang import SCHEDULING_GROUP, SCHEDULING_VERSION
+    from dpjob_operator.controller.gang_verdicts import GangVerdicts
+    from dpjob_operator.reconcile.actions import EnsureGang
+
+    gangs = harness.executor.gangs
+    gangs.verdicts = GangVerdicts(gangs.kube, lambda ns, name: None, (namespace,))
+    job = _gang_job(api, namespace, harness)  # detects gang scheduling: the watch starts
+    assert gangs.wait_synced(30), "the PodGroup watch listed"
+    a_pod_began = threading.Event()
+    create_pod, create_object = gangs.kube.create_pod, gangs.kube.create_object
+
+    def pod(body: Any) -> bool:
+        a_pod_began.set()
+        return create_pod(body)
+
+    def pod_group(group: str, version: str, plural: str, body: Any) -> bool:
+        if plural == "podgroups":
+            assert a_pod_began.wait(30), "the PodGroup was created before any pod: one round trip after the other"
+        return create_object(group, version, plural, body)
+
+    gangs.kube.create_pod, gangs.kube.create_object = pod, pod_group  # type: ignore[method-assign]
+
+    async def written() -> None:
+        return None
+
+    harness.loop.run_until_complete(harness.executor.execute(job, _first_pass(job), (), written))
+    assert len(dpj.rank_pods(core, namespace, "exec")) == 2
+    groups = client.CustomObjectsApi(api).list_namespaced_custom_object(SCHEDULING_GROUP, SCHEDULING_VERSION,
+                                                                        namespace, "podgroups")["items"]
+    assert [g["metadata"]["ownerReferences"][0]["uid"] for g in groups] == [job.uid]
+
+    wait_until(lambda: gangs.verdicts is not None and gangs.verdicts.held_by_another(
+        namespace, groups[0]["metadata"]["name"], "a-later-job-of-the-same-name"), what="the watch saw the PodGroup")
+    later = dataclasses.replace(job, uid="a-later-job-of-the-same-name")
+    assert not gangs.pods_may_go_with(later, EnsureGang(0, 2))  # its pods wait for a PodGroup of its own
     gangs.stop()

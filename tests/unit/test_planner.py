@@ -267,18 +267,18 @@ def test_a_running_elastic_job_stays_running_while_ranks_join(pods):
     assert not p.events
 
 
-@pytest.mark.parametrize(("status", "poll", "wake_after", "expected"), [
-    ({"phase": "Running", "restarts": 0}, None, None, 30.0),           # nothing due: the resync
-    ({"phase": "Pending", "restarts": 0}, 5.0, None, 5.0),              # a gang verdict awaited
-    ({"phase": "Running", "restarts": 0}, None, 2.0, 2.05),             # a policy's own wake-up
-    ({"phase": "Succeeded", "restarts": 0, "completionTime": iso(NOW - timedelta(seconds=7))}, 5.0, None, 3.05),
+@pytest.mark.parametrize(("status", "wake_after", "expected"), [
+    ({"phase": "Running", "restarts": 0}, None, 30.0),                  # nothing due: the resync
+    ({"phase": "Pending", "restarts": 0}, None, 30.0),                  # a gang verdict is watched, not polled
+    ({"phase": "Running", "restarts": 0}, 2.0, 2.05),                   # a policy's own wake-up
+    ({"phase": "Succeeded", "restarts": 0, "completionTime": iso(NOW - timedelta(seconds=7))}, 5.0, 3.05),
 ])
-def test_a_job_is_looked_at_again_at_the_earliest_thing_due(status, poll, wake_after, expected):
+def test_a_job_is_looked_at_again_at_the_earliest_thing_due(status, wake_after, expected):
     from dpjob_operator.reconcile.actions import Plan
     from dpjob_operator.reconcile.planner import look_again_in
 
     job = JobBuilder().run_policy(ttlSecondsAfterFinished=10).job()
-    assert look_again_in(job, Plan(status, [], wake_after=wake_after), NOW, 30.0, poll) == pytest.approx(expected)
+    assert look_again_in(job, Plan(status, [], wake_after=wake_after), NOW, 30.0) == pytest.approx(expected)
 
 
 @pytest.mark.parametrize(("stored", "first"), [

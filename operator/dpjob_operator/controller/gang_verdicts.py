@@ -51,6 +51,7 @@ class GangVerdicts:
         self._groups: dict[GroupKey, Entry] = {}
         self._reflector = Reflector(kube, POD_GROUPS, SELECTOR, namespaces, self._relisted, self._event)
         self.start, self.stop, self.stuck = self._reflector.start, self._reflector.stop, self._reflector.stuck
+        self.wait_synced = self._reflector.wait_synced
 
     @property
     def synced(self) -> bool:
@@ -61,6 +62,12 @@ class GangVerdicts:
         with self._lock:
             entry = self._groups.get((namespace, name))
         return entry[2] if entry is not None and entry[1] == job_uid else None
+
+    def held_by_another(self, namespace: str, name: str, job_uid: str) -> bool:
+        """Whether PodGroup ``name`` exists (as far as the watch knows) and ``job_uid`` does not control it."""
+        with self._lock:
+            entry = self._groups.get((namespace, name))
+        return entry is not None and entry[1] != job_uid
 
     def _relisted(self, namespace: str | None, items: list[dict[str, Any]]) -> None:
         fresh = dict(entry_of(group) for group in items)

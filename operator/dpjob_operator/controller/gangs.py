@@ -3,8 +3,8 @@
 Creating them is remembered per (job uid, generation), so a steady job costs no API call per
 pass. The scheduler's verdict on a PodGroup comes from a watch of our PodGroups
 (``gang_verdicts``): a verdict that appears or changes queues a pass, and reading it costs
-nothing. Until that watch has listed once (or where it cannot run) the verdict is polled, read
-only while some rank is unbound and then at most once per ``VERDICT_POLL_SECONDS``.
+nothing. The controller starts work only once that watch has listed (``wait_synced``), as it does
+for the pod cache, so there is no second, polled path to the same fact.
 
 Claimed by controller UID like every child (``reconcile/claims.py``): a Workload or PodGroup of
 our name that this job does not control is never used, replaced or deleted; ``claim`` (the
@@ -34,8 +34,6 @@ from dpjob_operator.reconcile.claims import OURS, ownership
 
 log = logging.getLogger("dpjob.controller")
 GROUP, VERSION = gang_builders.SCHEDULING_GROUP, gang_builders.SCHEDULING_VERSION
-# Until the PodGroup watch has synced, the verdict is polled this often while a rank is unbound.
-VERDICT_POLL_SECONDS = 5.0
 
 
 class Gangs:
@@ -50,8 +48,6 @@ class Gangs:
         self.supported = False                         # the server schedules PodGroups
         self._pod_groups: set[tuple[str, int]] = set()  # (uid, restart) whose Workload and PodGroup exist
         self._workloads: dict[str, tuple[dict[str, Any], float]] = {}  # uid -> (Workload made sure of, when)
-        # uid -> (restart, the verdict on its PodGroup, when it was read)
-        self._verdicts: dict[str, tuple[int, dict[str, Any] | None, float]] = {}
 
     async def detect(self, mode: str) -> bool:
         """Whether to gang-schedule at all: the operator's config allows it and the server serves PodGroups."""
@@ -72,6 +68,10 @@ class Gangs:
         if self._watch is not None:
             self._watch.stop()
 
+    def wait_synced(self, timeout: float) -> bool:
+        """The PodGroup watch has listed once (True at once where there is none to wait for)."""
+        return self._watch is None or self._watch.wait_synced(timeout)
+
     def stuck(self) -> str | None:
         """The PodGroup watch is wedged (liveness), or None."""
         return self._watch.stuck() if self._watch is not None else None
@@ -79,27 +79,35 @@ class Gangs:
     def enabled_for(self, job: Job) -> bool:
         return gang_builders.gang_enabled(job, self.supported)
 
-    async def observe(self, job: Job, gen: int, pods: Sequence[PodObservation]) -> tuple[GangObservation, bool]:
-        """The scheduler's verdict on the gang, while some rank of our PodGroup is unbound; and whether
-        to look again soon for a first verdict (only while it is polled: a watched one queues a pass)."""
-        unbound = [p for p in pods if p.restart == gen and not p.deleting and not p.node and p.pod_group]
+    def observe(self, job: Job, gen: int, pods: Sequence[PodObservation]) -> GangObservation:
+        """The scheduler's verdict on the gang, read from the watch while some rank of our PodGroup is
+        unbound (once every rank is bound, the verdict no longer decides anything)."""
+        unbound = any(p.restart == gen and not p.deleting and not p.node and p.pod_group for p in pods)
         verdict = None
-        watch = self._watch if self._watch is not None and self._watch.synced else None
-        if unbound and (job.uid, gen) in self._pod_groups:
-            verdict = (watch.verdict(job.namespace, pod_group_name(job.name, gen), job.uid)
-                       if watch is not None else await self._verdict(job, gen))
-        awaiting = bool(unbound) and verdict is None and watch is None
-        return GangObservation(gang_builders.gang_min_count(job), verdict), awaiting
+        if unbound and self._watch is not None and (job.uid, gen) in self._pod_groups:
+            verdict = self._watch.verdict(job.namespace, pod_group_name(job.name, gen), job.uid)
+        return GangObservation(gang_builders.gang_min_count(job), verdict)
 
-    async def _verdict(self, job: Job, gen: int) -> dict[str, Any] | None:
-        known = self._verdicts.get(job.uid)
-        if known is not None and known[0] == gen and self._clock() - known[2] < VERDICT_POLL_SECONDS:
-            return known[1]
-        group = await self.blocking.run(self.kube.get_object, GROUP, VERSION, "podgroups", job.namespace,
-                                        pod_group_name(job.name, gen))
-        verdict = gang_builders.pod_group_condition(group)
-        self._verdicts[job.uid] = (gen, verdict, self._clock())
-        return verdict
+    def pods_may_go_with(self, job: Job, action: EnsureGang) -> bool:
+        """Whether generation ``action.restart``'s pods may be created together with its PodGroup, not
+        after it: one round trip less for every new gang (a new job's first pass, each restart). The
+        scheduler holds a pod whose PodGroup does not exist yet (the GangScheduling plugin's
+        PreEnqueue), so the order is ours to choose, except where the name is taken: a PodGroup of
+        that name that another job controls (a previous job's, being garbage-collected) must never
+        judge our pods. The watch, synced, knows; not synced, the pods wait as before. And only once
+        this job's Workload is known to be its own and current (a new job's first pass made it in
+        its first round): a Workload of its name that someone else holds keeps every rank back."""
+        watch = self._watch
+        if watch is None or not watch.synced or (job.uid, action.restart) in self._pod_groups:
+            return False
+        if not self._workload_known(job, gang_builders.build_workload(job)):
+            return False
+        return not watch.held_by_another(job.namespace, pod_group_name(job.name, action.restart), job.uid)
+
+    def _workload_known(self, job: Job, workload: dict[str, Any]) -> bool:
+        """This job's Workload was made sure of, as ``workload``, less than ``memo_seconds`` ago."""
+        known = self._workloads.get(job.uid)
+        return known is not None and known[0] == workload and self._clock() - known[1] <= self.memo_seconds
 
     async def ensure(self, job: Job, action: EnsureGang, claim: Claim) -> None:
         """Workload (recreated when the gang size changed: it is immutable), then this generation's
@@ -125,8 +133,7 @@ class Gangs:
         it is made sure of again, so a Workload someone deleted comes back with the next gang. Also
         sent alone, beside a new job's first status write (``reconcile/first_pass.py``)."""
         workload = gang_builders.build_workload(job)
-        known = self._workloads.get(job.uid)
-        if known is not None and known[0] == workload and self._clock() - known[1] <= self.memo_seconds:
+        if self._workload_known(job, workload):
             return
         existing = await self._create(job, "Workload", "workloads", workload, claim)
         if existing is not None and not gang_builders.workload_matches(existing, job):
@@ -167,4 +174,3 @@ class Gangs:
     def forget(self, uid: str) -> None:
         self._pod_groups = {g for g in self._pod_groups if g[0] != uid}
         self._workloads.pop(uid, None)
-        self._verdicts.pop(uid, None)

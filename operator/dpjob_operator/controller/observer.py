@@ -37,7 +37,6 @@ class Observation:
     pods: list[PodObservation]
     rank_table: RankTableOutcome | None   # None: the job asked for no rank table
     gang: GangObservation | None          # None: ranks are scheduled one by one
-    awaiting_verdict: bool = False        # a PodGroup the scheduler has not judged yet
     progress: ProgressView | None = None  # None: rank 0 is not being read (the job is not Running)
     nodes: NodeView | None = None         # the nodes of rank pods stuck Terminating (usually none)
     # The namespace is being deleted (read only when a running gang lost a rank): no pass then.
@@ -151,5 +150,4 @@ class Observer:
         nodes = await self._nodes(job, gen, pods, phase)
         if not self.gangs.enabled_for(job):
             return Observation(pods, outcome, None, progress=progress, nodes=nodes)
-        gang, awaiting = await self.gangs.observe(job, gen, pods)
-        return Observation(pods, outcome, gang, awaiting, progress, nodes)
+        return Observation(pods, outcome, self.gangs.observe(job, gen, pods), progress=progress, nodes=nodes)

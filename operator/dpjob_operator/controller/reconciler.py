@@ -30,7 +30,7 @@ from dpjob_operator.config import OperatorConfig
 from dpjob_operator.controller.blocking import Blocking
 from dpjob_operator.controller.executor import Executor
 from dpjob_operator.controller.gang_verdicts import GangVerdicts
-from dpjob_operator.controller.gangs import VERDICT_POLL_SECONDS, Gangs
+from dpjob_operator.controller.gangs import Gangs
 from dpjob_operator.controller.observer import Observer
 from dpjob_operator.controller.progress import ProgressReader
 from dpjob_operator.controller.recorder import EventRecorder
@@ -124,13 +124,13 @@ class Controller:
     # ---- lifecycle ------------------------------------------------------------------------
 
     async def start(self) -> None:
-        """Warm up: gang-scheduling discovery and a synced pod cache. Writes nothing, so a standby
-        replica does this too and is ready to work the moment it leads (``start_workers``)."""
+        """Warm up: gang-scheduling discovery, a synced pod cache and PodGroup watch. Writes nothing,
+        so a standby replica does this too and is ready to work the moment it leads (``start_workers``)."""
         await self.gangs.detect(self.cfg.gang_scheduling)
         self.pods.start()
-        synced = await asyncio.to_thread(self.pods.wait_synced, 120)
-        if not synced:
-            raise RuntimeError("the rank-pod cache did not sync within 120s; is the API server reachable?")
+        for what, wait in (("rank-pod cache", self.pods.wait_synced), ("PodGroup watch", self.gangs.wait_synced)):
+            if not await asyncio.to_thread(wait, 120):
+                raise RuntimeError(f"the {what} did not sync within 120s; is the API server reachable?")
 
     def start_workers(self) -> None:
         """Start reconciling (this replica leads). Keys queued while standing by are worked first."""
@@ -248,8 +248,7 @@ class Controller:
         self.timings.observe_pass(job, status, plan)
         if table is not None and table.write_error and self.executor.rank_table_write_error(job.uid) is None:
             return 0.0  # the table is stored now: say so at once instead of at the next resync
-        return look_again_in(job, plan, now, self.cfg.resync_seconds,
-                             VERDICT_POLL_SECONDS if seen.awaiting_verdict else None)
+        return look_again_in(job, plan, now, self.cfg.resync_seconds)
 
     async def _announce(self, key: JobKey, body: dict[str, Any], plan: Plan, changed: bool) -> None:
         """The pass's status (when it changed), then its events: the status now says what they announce."""

@@ -106,10 +106,10 @@ def next_wakeup(job: Job, status: Mapping[str, Any], now: datetime) -> float | N
     return max(0.0, (min(due) - now).total_seconds())
 
 
-def look_again_in(job: Job, plan: Plan, now: datetime, resync_seconds: float, poll_seconds: float | None) -> float:
+def look_again_in(job: Job, plan: Plan, now: datetime, resync_seconds: float) -> float:
     """Seconds until the job is looked at again unprompted: the earliest of the resync period, a
-    time-based decision (deadline, TTL), a policy's own ``wake_after``, and ``poll_seconds`` (while a
-    gang verdict is awaited: a PodGroup is not watched)."""
-    due = [resync_seconds] if poll_seconds is None else [resync_seconds, poll_seconds]
+    time-based decision (deadline, TTL) and a policy's own ``wake_after``. Everything else the
+    operator waits for (pods, the scheduler's gang verdicts) is watched and queues a pass itself."""
+    due = [resync_seconds]
     due += [wake + 0.05 for wake in (next_wakeup(job, plan.status, now), plan.wake_after) if wake is not None]
     return min(due)
