@@ -63,8 +63,7 @@ class PassFacts:
 
 Handler = Callable[[Job, Any, PassFacts], Awaitable[None]]
 # Actions that depend on no other: a plan's leading run of them is sent at once. The pods come
-# after (they name the PodGroup and mount the rank table), each in plan order, but beside a new
-# PodGroup whose name is free they go with it (``Gangs.pods_may_go_with``).
+# after (they name the PodGroup and mount the rank table), each in plan order.
 INDEPENDENT = (EnsureService, ApplyRankTable, EnsureGang)
 
 
@@ -136,19 +135,11 @@ class Executor:
         lead = next((i for i, a in enumerate(plan.actions) if not isinstance(a, INDEPENDENT)), len(calls))
         if first_write is not None:  # then the memos make the Service and rank table below cost no call
             await together(first_write(), *(self._before_write(job, a, facts) for a in plan.actions[:lead]))
-        if lead < len(calls) and self._pods_join(job, plan.actions[:lead], plan.actions[lead]):
-            lead += 1  # the pods go with their PodGroup
         if lead > 1:  # a new job's Service, rank table and gang: one round trip of latency, not four
             await together(*(call() for call in calls[:lead]))
             calls = calls[lead:]
         for call in calls:
             await call()
-
-    def _pods_join(self, job: Job, lead: Sequence[object], then: object) -> bool:
-        """Whether ``then`` (creating pods) may go together with the leading actions: only beside a new
-        PodGroup whose name no one else holds (``Gangs.pods_may_go_with``)."""
-        gang = next((a for a in lead if isinstance(a, EnsureGang)), None)
-        return isinstance(then, CreatePods) and gang is not None and self.gangs.pods_may_go_with(job, gang)
 
     def _before_write(self, job: Job, action: object, facts: PassFacts) -> Awaitable[None]:
         """What of an independent action may go before the status write lands: all of it, but of a

@@ -63,12 +63,6 @@ class GangVerdicts:
             entry = self._groups.get((namespace, name))
         return entry[2] if entry is not None and entry[1] == job_uid else None
 
-    def held_by_another(self, namespace: str, name: str, job_uid: str) -> bool:
-        """Whether PodGroup ``name`` exists (as far as the watch knows) and ``job_uid`` does not control it."""
-        with self._lock:
-            entry = self._groups.get((namespace, name))
-        return entry is not None and entry[1] != job_uid
-
     def _relisted(self, namespace: str | None, items: list[dict[str, Any]]) -> None:
         fresh = dict(entry_of(group) for group in items)
         with self._lock:

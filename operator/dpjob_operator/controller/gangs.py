@@ -88,27 +88,6 @@ class Gangs:
             verdict = self._watch.verdict(job.namespace, pod_group_name(job.name, gen), job.uid)
         return GangObservation(gang_builders.gang_min_count(job), verdict)
 
-    def pods_may_go_with(self, job: Job, action: EnsureGang) -> bool:
-        """Whether generation ``action.restart``'s pods may be created together with its PodGroup, not
-        after it: one round trip less for every new gang (a new job's first pass, each restart). The
-        scheduler holds a pod whose PodGroup does not exist yet (the GangScheduling plugin's
-        PreEnqueue), so the order is ours to choose, except where the name is taken: a PodGroup of
-        that name that another job controls (a previous job's, being garbage-collected) must never
-        judge our pods. The watch, synced, knows; not synced, the pods wait as before. And only once
-        this job's Workload is known to be its own and current (a new job's first pass made it in
-        its first round): a Workload of its name that someone else holds keeps every rank back."""
-        watch = self._watch
-        if watch is None or not watch.synced or (job.uid, action.restart) in self._pod_groups:
-            return False
-        if not self._workload_known(job, gang_builders.build_workload(job)):
-            return False
-        return not watch.held_by_another(job.namespace, pod_group_name(job.name, action.restart), job.uid)
-
-    def _workload_known(self, job: Job, workload: dict[str, Any]) -> bool:
-        """This job's Workload was made sure of, as ``workload``, less than ``memo_seconds`` ago."""
-        known = self._workloads.get(job.uid)
-        return known is not None and known[0] == workload and self._clock() - known[1] <= self.memo_seconds
-
     async def ensure(self, job: Job, action: EnsureGang, claim: Claim) -> None:
         """Workload (recreated when the gang size changed: it is immutable), then this generation's
         PodGroup, then drop older generations' PodGroups. Once per gang, remembered.
@@ -133,7 +112,8 @@ class Gangs:
         it is made sure of again, so a Workload someone deleted comes back with the next gang. Also
         sent alone, beside a new job's first status write (``reconcile/first_pass.py``)."""
         workload = gang_builders.build_workload(job)
-        if self._workload_known(job, workload):
+        known = self._workloads.get(job.uid)
+        if known is not None and known[0] == workload and self._clock() - known[1] <= self.memo_seconds:
             return
         existing = await self._create(job, "Workload", "workloads", workload, claim)
         if existing is not None and not gang_builders.workload_matches(existing, job):
