@@ -294,6 +294,8 @@ def test_a_verdict_the_scheduler_writes_queues_the_jobs_pass_and_is_read_from_th
     observation = gangs.observe(job, 0, unbound)
     assert observation.scheduled is not None and observation.scheduled["reason"] == "Unschedulable"
     assert reads == []
+    gangs.forget(job.uid)  # as after an operator restart: this process has made nothing of the gang yet
+    assert gangs.observe(job, 0, unbound).scheduled == observation.scheduled
     assert gangs.verdicts.verdict(namespace, name, "another-jobs-uid") is None
     gangs.stop()
 

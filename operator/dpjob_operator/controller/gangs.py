@@ -81,10 +81,11 @@ class Gangs:
 
     def observe(self, job: Job, gen: int, pods: Sequence[PodObservation]) -> GangObservation:
         """The scheduler's verdict on the gang, read from the watch while some rank of our PodGroup is
-        unbound (once every rank is bound, the verdict no longer decides anything)."""
+        unbound (once every rank is bound, the verdict no longer decides anything). The watch gives
+        it only for a PodGroup this job controls, so a restarted operator reads it at its first pass."""
         unbound = any(p.restart == gen and not p.deleting and not p.node and p.pod_group for p in pods)
         verdict = None
-        if unbound and self._watch is not None and (job.uid, gen) in self._pod_groups:
+        if unbound and self._watch is not None:
             verdict = self._watch.verdict(job.namespace, pod_group_name(job.name, gen), job.uid)
         return GangObservation(gang_builders.gang_min_count(job), verdict)
 
