@@ -25,9 +25,11 @@ from dpjob_cli.capacity import gang_capacity
 from dpjob_cli.errors import CliError, ExitCode
 from dpjob_cli.kube import Kube
 from dpjob_operator.api import constants as c
+from dpjob_operator.api.names import env_configmap_name
 from dpjob_operator.api.pools import DEFAULT_POOLS, PoolConfig
 from dpjob_operator.api.spec import Job, SpecError, parse_job
 from dpjob_operator.builders.gang import gang_min_count
+from dpjob_operator.builders.shared_env import shared_env
 
 POD_GROUPS = ("scheduling.k8s.io", "v1alpha2", "podgroups")
 
@@ -130,7 +132,7 @@ def explain_document(doc: dict[str, Any], namespace: str, kube: Kube | None, all
                  "nodeSelector": dict(pool.node_selector), "tolerations": [dict(t) for t in pool.tolerations]},
         "shownRanks": ranks,
         "pods": [view.pod_summary(p) for p in pods],
-        "env": view.env_table(pods),
+        "env": view.env_table(pods, {env_configmap_name(job.name): shared_env(job, pool)}),
         "rankTable": view.rank_table_view(job, ranks),
         "capacity": _capacity(kube, job, pods[0]) if kube is not None else {"known": False, "note": "--offline"},
         "created": [],

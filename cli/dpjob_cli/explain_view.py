@@ -79,10 +79,26 @@ def _env_value(item: Mapping[str, Any]) -> str:
     return f"<from {next(iter(source), 'elsewhere')}>"
 
 
-def env_table(pods: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-    """The trainer's environment per rank: variables equal on every shown rank once, the rest per rank."""
-    per_rank = {int(p["metadata"]["labels"][c.LABEL_RANK]):
-                {e["name"]: _env_value(e) for e in trainer(p).get("env") or []} for p in pods}
+def container_env(ctr: Mapping[str, Any], configmaps: Mapping[str, Mapping[str, str]]) -> dict[str, str]:
+    """What the kubelet gives a container: its ``envFrom`` ConfigMaps (from ``configmaps``: name ->
+    data; one not given shows as unknown) in order, then its ``env``, which wins."""
+    env: dict[str, str] = {}
+    for source in ctr.get("envFrom") or []:
+        name = (source.get("configMapRef") or {}).get("name")
+        data = configmaps.get(name or "")
+        if data is None:
+            env[f"<envFrom {name or next(iter(source), 'source')}>"] = "<not shown>"
+        else:
+            env.update({f"{source.get('prefix', '')}{key}": value for key, value in data.items()})
+    env.update({e["name"]: _env_value(e) for e in ctr.get("env") or []})
+    return env
+
+
+def env_table(pods: Sequence[Mapping[str, Any]],
+              configmaps: Mapping[str, Mapping[str, str]] | None = None) -> dict[str, Any]:
+    """The trainer's environment per rank (``envFrom`` resolved through ``configmaps``): variables
+    equal on every shown rank once, the rest per rank."""
+    per_rank = {int(p["metadata"]["labels"][c.LABEL_RANK]): container_env(trainer(p), configmaps or {}) for p in pods}
     names: list[str] = []
     for env in per_rank.values():
         names += [n for n in env if n not in names]

@@ -64,3 +64,17 @@ def test_a_tiny_comparison_writes_a_table_with_every_engine(cluster, crds, opera
     assert len(cpu) == 4 and all(float(line.split(" | ")[-1].rstrip(" |")) > 0 for line in cpu), cpu
     assert result["meta"]["kubeflow"] == {"version": "v1.8.1", "threads": 1, "qps": 20, "burst": 30}
     assert result["meta"]["dpjob"]["qps"] == "none (APF)"
+
+
+@pytest.mark.timeout(300)
+def test_the_pod_shape_benchmark_runs_every_shape_and_the_inline_environment_is_the_biggest(cluster, tmp_path):
+    run = subprocess.run([sys.executable, str(REPO / "bench" / "bench_pod_shape.py"), "--ranks", "3", "--reps", "1",
+                          "--timeout", "120", "--out", str(tmp_path)], capture_output=True, text=True, timeout=280,
+                         cwd=REPO)
+    assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-3000:]
+    runs = {r["shape"]: r for r in json.loads((tmp_path / "pod_shape.json").read_text())["runs"]}
+    assert set(runs) == {"raw", "dpjob-inline", "dpjob", "dpjob-noenv"}
+    assert all(r["running_s"] is not None and r["cpu_kube-apiserver_s"] >= 0 for r in runs.values()), runs
+    size = {shape: r["pod_bytes"] for shape, r in runs.items()}
+    assert size["raw"] < size["dpjob-noenv"] < size["dpjob"] < size["dpjob-inline"], size
+    assert not kubectl("get", "nodes", "-l", "dpjob.io/bench-node=true", "-o", "name").stdout.strip()

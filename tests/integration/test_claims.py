@@ -81,6 +81,19 @@ def _conditions(api, namespace: str, name: str) -> dict[str, dict]:
     return {c["type"]: c for c in dpj.status(api, namespace, name).get("conditions") or []}
 
 
+def _job_blocked_by_foreign_configmap(api, core, namespace: str, name: str, data: dict, condition: str) -> dict:
+    """Someone's ConfigMap ``name`` exists before the job ``train``: wait for ``condition`` to say
+    ConfigMapNameConflict, naming it, and return that condition."""
+    core.create_namespaced_config_map(namespace, client.V1ConfigMap(metadata=client.V1ObjectMeta(name=name),
+                                                                    data=data))
+    dpj.create(api, namespace, JobBuilder().obj())
+    cond = wait_until(lambda: (c := _conditions(api, namespace, "train").get(condition))
+                      and c["reason"] == "ConfigMapNameConflict" and c, timeout=60,
+                      what=f"{condition}=False/ConfigMapNameConflict")
+    assert cond["status"] == "False" and f"ConfigMap {namespace}/{name}" in cond["message"]
+    return cond
+
+
 def test_a_foreign_service_of_the_jobs_name_is_reported_and_never_touched(api, core, namespace, operator):
     foreign = core.create_namespaced_service(namespace, client.V1Service(
         metadata=client.V1ObjectMeta(name="train", labels={"app": "web"}),
@@ -101,18 +114,23 @@ def test_a_foreign_service_of_the_jobs_name_is_reported_and_never_touched(api, c
 
 
 def test_a_foreign_configmap_holding_the_rank_table_name_is_never_patched(api, core, namespace, operator):
-    core.create_namespaced_config_map(namespace, client.V1ConfigMap(
-        metadata=client.V1ObjectMeta(name="train-ranktable"), data={"mine": "keep"}))
-    dpj.create(api, namespace, JobBuilder().obj())
-    cond = wait_until(lambda: (c := _conditions(api, namespace, "train").get("RankTableReady"))
-                      and c["reason"] == "ConfigMapNameConflict" and c, timeout=60,
-                      what="RankTableReady=False/ConfigMapNameConflict")
-    assert cond["status"] == "False" and f"ConfigMap {namespace}/train-ranktable" in cond["message"]
+    _job_blocked_by_foreign_configmap(api, core, namespace, "train-ranktable", {"mine": "keep"}, "RankTableReady")
     dpj.wait_event(namespace, "train", "ConfigMapNameConflict")
     time.sleep(6)  # more than one resync: the condition holds, the map is untouched
     assert _conditions(api, namespace, "train")["RankTableReady"]["reason"] == "ConfigMapNameConflict"
     cm = core.read_namespaced_config_map("train-ranktable", namespace)
     assert cm.data == {"mine": "keep"} and not cm.metadata.owner_references
+
+
+def test_a_foreign_configmap_holding_the_environment_name_stops_the_ranks_and_is_never_patched(
+        api, core, namespace, operator):
+    _job_blocked_by_foreign_configmap(api, core, namespace, "train-env", {"WORLD_SIZE": "999"}, "Created")
+    assert not dpj.rank_pods(core, namespace, "train"), "ranks would read someone else's WORLD_SIZE"
+    cm = core.read_namespaced_config_map("train-env", namespace)
+    assert cm.data == {"WORLD_SIZE": "999"} and not cm.metadata.owner_references
+    core.delete_namespaced_config_map("train-env", namespace)  # the user frees the name: the job goes on
+    dpj.wait_phase(api, namespace, "train", "Running", timeout=90)
+    assert {dpj.env_of(p)["WORLD_SIZE"] for p in dpj.rank_pods(core, namespace, "train")} == {"2"}
 
 
 def test_a_reapplied_job_gets_its_own_service_and_rank_table(api, core, namespace, operator):

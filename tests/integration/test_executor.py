@@ -24,7 +24,14 @@ from dpjob_operator.controller.executor import Executor
 from dpjob_operator.controller.gangs import Gangs
 from dpjob_operator.controller.timings import Timings
 from dpjob_operator.k8s.client import KubeClient
-from dpjob_operator.reconcile.actions import ApplyRankTable, CreatePods, DeletePods, EnsureService, Plan
+from dpjob_operator.reconcile.actions import (
+    ApplyRankTable,
+    CreatePods,
+    DeletePods,
+    EnsureEnvironment,
+    EnsureService,
+    Plan,
+)
 from dpjob_operator.reconcile.planner import plan_job
 from tests.support import cluster as dpj
 from tests.support.builders import JobBuilder
@@ -73,28 +80,31 @@ def test_a_new_jobs_plan_creates_its_service_rank_table_and_rank_pods(api, core,
     outcome = RankTableOutcome(table.ready, table.reason, table.message, table.version, table.files)
     plan = plan_job(job, {}, [], datetime.now(UTC), DEFAULT_POOLS["cpu"], outcome)
     kinds = [type(a).__name__ for a in plan.actions]
-    assert kinds == ["ApplyRankTable", "EnsureService", "CreatePods"], kinds
+    assert kinds == ["ApplyRankTable", "EnsureService", "EnsureEnvironment", "CreatePods"], kinds
     harness.run(job, plan)
 
     svc = core.read_namespaced_service("exec", namespace)
     assert svc.spec.cluster_ip == "None" and _owned_by(svc, job)
     cms = core.list_namespaced_config_map(namespace, label_selector="dpjob.io/job-name=exec").items
-    assert [cm.metadata.name for cm in cms] == ["exec-ranktable"] and _owned_by(cms[0], job)
+    assert [cm.metadata.name for cm in cms] == ["exec-env", "exec-ranktable"] and all(_owned_by(cm, job) for cm in cms)
+    assert cms[0].data["WORLD_SIZE"] == "3" and "RANK" not in cms[0].data  # shared by all; each rank's own inline
     pods = sorted(dpj.rank_pods(core, namespace, "exec"), key=lambda p: p.metadata.name)
     assert [p.metadata.name for p in pods] == ["exec-rank-0", "exec-rank-1", "exec-rank-2"]
     assert all(_owned_by(p, job) for p in pods)
     assert [dpj.env_of(p)["RANK"] for p in pods] == ["0", "1", "2"]
+    assert {dpj.env_of(p)["MASTER_ADDR"] for p in pods} == {f"exec-rank-0.exec.{namespace}.svc.cluster.local"}
     assert {p.metadata.labels["dpjob.io/restart"] for p in pods} == {"0"}
 
 
 def test_replaying_the_plan_creates_nothing_twice_and_deletes_only_named_pods(api, core, namespace, harness):
     job = _created_job(api, namespace, replicas=2)
-    harness.run(job, Plan({}, [EnsureService(), CreatePods((0, 1), 0)]))
+    harness.run(job, Plan({}, [EnsureService(), EnsureEnvironment(), CreatePods((0, 1), 0)]))
     first = {p.metadata.name: p.metadata.uid for p in dpj.rank_pods(core, namespace, "exec")}
-    harness.run(job, Plan({}, [EnsureService(), CreatePods((0, 1), 0)]))  # awaited: not POSTed again
+    # awaited: not POSTed again
+    harness.run(job, Plan({}, [EnsureService(), EnsureEnvironment(), CreatePods((0, 1), 0)]))
     assert harness.executor.expectations.awaited_creations(job.uid, 0) == {"exec-rank-0", "exec-rank-1"}
     harness.executor.expectations.forget(job.uid)  # as once they time out unseen: the 409s are not errors
-    harness.run(job, Plan({}, [EnsureService(), CreatePods((0, 1), 0)]))
+    harness.run(job, Plan({}, [EnsureService(), EnsureEnvironment(), CreatePods((0, 1), 0)]))
     again = {p.metadata.name: p.metadata.uid for p in dpj.rank_pods(core, namespace, "exec")}
     assert again == first
 
@@ -230,7 +240,8 @@ def test_a_first_pass_planned_from_an_old_view_makes_no_pod_group_and_no_pod_and
 
     job = _gang_job(api, namespace, harness)
     plan = _first_pass(job)
-    assert [type(a).__name__ for a in plan.actions] == ["ApplyRankTable", "EnsureService", "EnsureGang", "CreatePods"]
+    assert [type(a).__name__ for a in plan.actions] == ["ApplyRankTable", "EnsureService", "EnsureEnvironment",
+                                                        "EnsureGang", "CreatePods"]
     with pytest.raises(RuntimeError, match="409"):
         harness.loop.run_until_complete(harness.executor.execute(job, plan, (), refused))
     assert core.read_namespaced_service("exec", namespace).metadata.owner_references[0].uid == job.uid

@@ -38,6 +38,20 @@ EXPECTED = {
 }
 
 
+def published_hostnames(namespace: str, service: str) -> list[str]:
+    """Hostnames in the Service's EndpointSlices: the ``<host>.<service>`` names cluster DNS answers."""
+    out = kubectl("get", "endpointslices", "-n", namespace, "-l", f"kubernetes.io/service-name={service}",
+                  "-o", "json").stdout
+    return sorted(e.get("hostname", "") for s in json.loads(out)["items"] for e in s.get("endpoints") or [])
+
+
+def test_every_rank_is_published_when_the_job_asks(api, namespace, operator):
+    dpj.create(api, namespace, JobBuilder("hosts").replicas(3).update_spec(
+        {"rendezvous": {"dnsRecords": "allRanks"}}).obj())
+    wait_until(lambda: published_hostnames(namespace, "hosts") == [f"hosts-rank-{i}" for i in range(3)],
+               timeout=60, what="the Service hosts to publish all three ranks")
+
+
 def expected(example: Path, manifest: dict) -> tuple:
     spec = manifest["spec"]
     return EXPECTED.get(example.name, (spec.get("accelerator", "cpu"), spec["replicas"], None, None))
@@ -65,6 +79,9 @@ def test_example_runs_on_the_right_pool_with_the_right_env(api, core, namespace,
             assert limits[device[0]] == device[1]
     svc = core.read_namespaced_service(name, namespace)
     assert svc.spec.cluster_ip == "None" and svc.spec.publish_not_ready_addresses is True
+    # kube-controller-manager's EndpointSlices: the DNS records CoreDNS serves, rank 0's alone by default
+    wait_until(lambda: published_hostnames(namespace, name) == [f"{name}-rank-0"], timeout=30,
+               what=f"the Service {name} to publish rank 0 alone")
     columns = kubectl("get", "dpj", name, "-n", namespace).stdout
     for header in ("PHASE", "READY", "WORLD", "ACCELERATOR", "RESTARTS", "AGE"):
         assert header in columns
@@ -301,6 +318,7 @@ INVALID = [
     ("elastic-missing-bounds", {"rendezvous": {"mode": "elastic"}}, "spec.rendezvous"),
     ("static-with-bounds", {"rendezvous": {"minReplicas": 1}}, "spec.rendezvous"),
     ("port-too-low", {"rendezvous": {"port": 80}}, "spec.rendezvous.port"),
+    ("bad-dns-records", {"rendezvous": {"dnsRecords": "workers"}}, "spec.rendezvous.dnsRecords"),
     ("nccl-on-cpu", {"backend": "nccl"}, "spec.backend"),
     ("hccl-table-on-gpu", {"accelerator": "gpu", "rankTable": {"format": "hccl"}}, "spec.rankTable.format"),
     ("negative-backoff", {"runPolicy": {"backoffLimit": -1}}, "spec.runPolicy.backoffLimit"),
@@ -336,7 +354,8 @@ def test_too_long_name_is_rejected(namespace, crds):
 def test_immutable_fields_cannot_change(api, namespace, crds):
     dpj.create(api, namespace, JobBuilder("frozen").obj())
     for patch, field in (({"accelerator": "gpu"}, "spec.accelerator"), ({"framework": "oneflow"}, "spec.framework"),
-                         ({"procsPerReplica": 4}, "spec.procsPerReplica")):
+                         ({"procsPerReplica": 4}, "spec.procsPerReplica"),
+                         ({"rendezvous": {"dnsRecords": "allRanks"}}, "spec.rendezvous.dnsRecords")):
         out = kubectl("patch", "dpj", "frozen", "-n", namespace, "--type=merge", "-p",
                       json.dumps({"spec": patch}), check=False)
         assert out.returncode != 0 and "immutable" in out.stderr and field in out.stderr, out.stderr

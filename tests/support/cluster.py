@@ -97,9 +97,17 @@ def wait_pods(core: client.CoreV1Api, namespace: str, name: str, count: int, pha
 
 
 def env_of(pod: Any, container: str = "trainer") -> dict[str, str]:
-    """A container's literal environment (``value`` entries) as a dict."""
+    """A container's environment as the kubelet gives it (``value`` entries; ``envFrom`` ConfigMaps
+    read from the cluster, as they are now): the rank pods take what all ranks share from one."""
+    from kubernetes import config as kube_config
+
+    from tests.support.podenv import kubelet_env
+
     ctr = next(c for c in pod.spec.containers if c.name == container)
-    return {e.name: e.value for e in ctr.env or []}
+    core = client.CoreV1Api(kube_config.new_client_from_config(str(KUBECONFIG)))
+    names = [s.config_map_ref.name for s in ctr.env_from or [] if s.config_map_ref]
+    maps = {name: core.read_namespaced_config_map(name, pod.metadata.namespace).data or {} for name in names}
+    return kubelet_env(client.ApiClient().sanitize_for_serialization(ctr), maps)
 
 
 def events(namespace: str, name: str) -> list[dict[str, Any]]:

@@ -7,7 +7,9 @@ import pytest
 from dpjob_operator.api.pools import DEFAULT_POOLS
 from dpjob_operator.builders.env import build_rank_env
 from dpjob_operator.builders.pods import build_headless_service, build_rank_pod
+from dpjob_operator.builders.shared_env import PER_RANK, shared_env
 from tests.support.builders import JobBuilder
+from tests.support.podenv import rank_env
 
 pytestmark = pytest.mark.unit
 MASTER = "train-rank-0.train.ns.svc.cluster.local"
@@ -65,10 +67,46 @@ def test_user_env_wins_and_comes_after_ours():
     job = JobBuilder().user_env(MASTER_PORT="1234", EXTRA="$(WORLD_SIZE)").job()
     pod = build_rank_pod(job, 0, 0, DEFAULT_POOLS["cpu"])
     env = pod["spec"]["containers"][0]["env"]
-    names = [e["name"] for e in env]
-    assert names.count("MASTER_PORT") == 1
-    assert next(e for e in env if e["name"] == "MASTER_PORT")["value"] == "1234"
-    assert names.index("WORLD_SIZE") < names.index("EXTRA")  # $(WORLD_SIZE) can expand
+    assert [e["name"] for e in env].count("MASTER_PORT") == 1
+    seen = rank_env(pod, job, DEFAULT_POOLS["cpu"])  # the kubelet: envFrom first, then env (which wins)
+    assert seen["MASTER_PORT"] == "1234"
+    assert seen["EXTRA"] == "2"  # $(WORLD_SIZE) expanded from the shared map
+
+
+def test_a_rank_pod_carries_its_own_variables_and_takes_the_shared_ones_from_the_jobs_map():
+    job = JobBuilder().replicas(4).job()
+    pod = build_rank_pod(job, 2, 1, DEFAULT_POOLS["cpu"])
+    trainer = pod["spec"]["containers"][0]
+    assert {e["name"]: e["value"] for e in trainer["env"]} == {
+        "DPJOB_NODE_RANK": "2", "DPJOB_RESTART_COUNT": "1", "PET_NODE_RANK": "2", "RANK": "2"}
+    assert trainer["envFrom"] == [{"configMapRef": {"name": "train-env"}}]
+    assert rank_env(pod, job, DEFAULT_POOLS["cpu"]) == env_of(job, 2, 1)  # nothing lost on the way
+
+
+def test_the_jobs_map_goes_after_the_users_own_sources_so_that_ours_win_as_inline_variables_did():
+    builder = JobBuilder()
+    builder._trainer()["envFrom"] = [{"configMapRef": {"name": "mine"}}, {"configMapRef": {"name": "train-env"}}]
+    trainer = build_rank_pod(builder.job(), 0, 0, DEFAULT_POOLS["cpu"])["spec"]["containers"][0]
+    assert trainer["envFrom"] == [{"configMapRef": {"name": "mine"}}, {"configMapRef": {"name": "train-env"}}]
+
+
+@pytest.mark.parametrize("builder", [
+    JobBuilder().replicas(3),
+    JobBuilder().replicas(3).accelerator("gpu").procs(8),
+    JobBuilder().replicas(3).elastic(2, 4),
+    JobBuilder().replicas(3).framework("oneflow"),
+    JobBuilder().replicas(3).framework("mindspore"),
+    JobBuilder().replicas(3).framework("mindspore").accelerator("npu").procs(8),
+    JobBuilder().replicas(3).run_policy(stragglerFactor=2.5),
+], ids=["cpu", "gpu-8", "elastic", "oneflow", "mindspore", "mindspore-npu-8", "straggler"])
+def test_every_variable_in_the_shared_map_is_the_same_for_every_rank_and_generation(builder):
+    job = builder.job()
+    shared = shared_env(job, DEFAULT_POOLS[job.spec.accelerator])
+    for index in range(3):
+        for restart in (0, 1):
+            env = env_of(job, index, restart)
+            assert {name: env[name] for name in shared} == shared, (index, restart)
+            assert set(env) - set(shared) <= PER_RANK
 
 
 @pytest.mark.parametrize("accelerator, resource, selector, toleration_key", [
@@ -107,7 +145,7 @@ def test_sidecars_get_env_only_when_asked():
     assert "env" not in pod["spec"]["containers"][1]
     body["spec"]["injectEnvInto"] = "all"
     pod = build_rank_pod(parse_job(body), 0, 0, DEFAULT_POOLS["cpu"])
-    assert any(e["name"] == "WORLD_SIZE" for e in pod["spec"]["containers"][1]["env"])
+    assert "WORLD_SIZE" in rank_env(pod, parse_job(body), DEFAULT_POOLS["cpu"], "sidecar")
 
 
 def test_pod_is_deterministic():
@@ -120,4 +158,5 @@ def test_headless_service_publishes_not_ready_addresses():
     assert svc["spec"]["clusterIP"] == "None"
     assert svc["spec"]["publishNotReadyAddresses"] is True
     assert svc["metadata"]["name"] == "train"
-    assert svc["spec"]["selector"] == {"dpjob.io/job-name": "train", "app.kubernetes.io/managed-by": "dpjob-operator"}
+    assert svc["spec"]["selector"] == {"dpjob.io/job-name": "train", "app.kubernetes.io/managed-by": "dpjob-operator",
+                                       "dpjob.io/rank": "0"}

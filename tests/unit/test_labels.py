@@ -32,9 +32,25 @@ def test_selectors_find_every_rank_pod_of_the_job_and_no_other() -> None:
     job, other = JobBuilder("train").job(), JobBuilder("other").job()
     pods = [build_rank_pod(j, i, 0, DEFAULT_POOLS["cpu"]) for j in (job, other) for i in range(2)]
     found = [p["metadata"]["name"] for p in pods if _matches(pod_selector(job), p["metadata"]["labels"])]
+    assert found == ["train-rank-0", "train-rank-1"]
+    assert all(_matches(MANAGED_POD_SELECTOR, p["metadata"]["labels"]) for p in pods)
+
+
+@pytest.mark.parametrize(("dns_records", "published"), [
+    (None, ["train-rank-0"]),                             # the default: the rendezvous host only
+    ("rank0", ["train-rank-0"]),
+    ("allRanks", ["train-rank-0", "train-rank-1", "train-rank-2"]),
+])
+def test_the_headless_service_publishes_the_ranks_the_job_asks_for_and_no_other_jobs(
+        dns_records: str | None, published: list[str]) -> None:
+    builder = JobBuilder("train")
+    if dns_records:
+        builder.set("rendezvous", {"dnsRecords": dns_records})
+    job, other = builder.job(), JobBuilder("other").job()
+    pods = [build_rank_pod(j, i, r, DEFAULT_POOLS["cpu"]) for j in (job, other) for i in range(3) for r in (0, 1)]
     service = build_headless_service(job)["spec"]["selector"]
-    by_service = [p["metadata"]["name"] for p in pods if service.items() <= p["metadata"]["labels"].items()]
-    assert found == by_service == ["train-rank-0", "train-rank-1"]
+    by_service = sorted({p["metadata"]["name"] for p in pods if service.items() <= p["metadata"]["labels"].items()})
+    assert by_service == published  # every restart generation's pod of that name: the name is what resolves
     assert all(_matches(MANAGED_POD_SELECTOR, p["metadata"]["labels"]) for p in pods)
 
 

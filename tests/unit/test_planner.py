@@ -8,7 +8,7 @@ import pytest
 
 from dpjob_operator.api.pools import DEFAULT_POOLS
 from dpjob_operator.api.timestamps import iso
-from dpjob_operator.reconcile.actions import CreatePods, DeleteJob, DeletePods, EnsureService
+from dpjob_operator.reconcile.actions import CreatePods, DeleteJob, DeletePods, EnsureEnvironment, EnsureService
 from dpjob_operator.reconcile.planner import next_wakeup, plan_job
 from dpjob_operator.reconcile.restart import decide_failure
 from tests.support.builders import JobBuilder, pod
@@ -32,7 +32,7 @@ def deleted(p):
 
 def test_new_job_creates_every_rank_in_one_action_and_is_pending():
     p = plan(JobBuilder().replicas(4))
-    assert p.actions == [EnsureService(), CreatePods((0, 1, 2, 3), 0)]
+    assert p.actions == [EnsureService(), EnsureEnvironment(), CreatePods((0, 1, 2, 3), 0)]
     assert p.status["phase"] == "Pending"
     assert p.status["worldSize"] == 4 and p.status["restarts"] == 0
     assert p.status["startTime"] == iso(NOW)
@@ -182,7 +182,7 @@ def test_ttl_deletes_a_finished_job_only_when_due():
 def test_finished_jobs_never_come_back():
     done = {"phase": "Succeeded", "restarts": 0, "completionTime": iso(NOW)}
     p = plan(JobBuilder(), done, [])
-    assert not any(isinstance(a, (CreatePods, EnsureService)) for a in p.actions)
+    assert not any(isinstance(a, (CreatePods, EnsureService, EnsureEnvironment)) for a in p.actions)
     assert p.status["phase"] == "Succeeded"
 
 

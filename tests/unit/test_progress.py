@@ -24,6 +24,7 @@ from dpjob_operator.builders.pods import build_rank_pod
 from dpjob_operator.reconcile.planner import plan_job
 from dpjob_operator.reconcile.progress import human_duration, progress_status
 from tests.support.builders import JobBuilder, pod
+from tests.support.podenv import rank_env
 
 pytestmark = pytest.mark.unit
 NOW = datetime(2026, 11, 24, 12, 0, 0, tzinfo=UTC)
@@ -186,8 +187,7 @@ def test_the_metrics_port_is_the_templates_metrics_port_else_9090_and_every_rank
     own = JobBuilder()
     own._trainer()["ports"] = [{"name": "metrics", "containerPort": 8000}]
     assert metrics_port(own.job()) == 8000
-    env = {e["name"]: e["value"] for e in build_rank_pod(own.job(), 0, 0, DEFAULT_POOLS["cpu"])["spec"]
-           ["containers"][0]["env"]}
+    env = rank_env(build_rank_pod(own.job(), 0, 0, DEFAULT_POOLS["cpu"]), own.job(), DEFAULT_POOLS["cpu"])
     assert env["DPJOB_METRICS_PORT"] == "8000"
 
 

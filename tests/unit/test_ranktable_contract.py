@@ -26,6 +26,7 @@ from dpjob_operator.builders.pods import build_rank_pod
 from dpjob_trainer import ranktable as trainer
 from tests.support.builders import JobBuilder
 from tests.support.paths import REPO
+from tests.support.podenv import rank_env
 
 pytestmark = pytest.mark.unit
 CRDS = [REPO / "crds" / "dataparalleljob.yaml", REPO / "helm" / "dpjob-operator" / "crds" / "dataparalleljob.yaml"]
@@ -70,7 +71,7 @@ def test_rank_table_file_env_names_a_written_file(builder: JobBuilder) -> None:
     job = builder.job()
     pod = build_rank_pod(job, 0, 0, DEFAULT_POOLS[job.spec.accelerator])
     trainer_container = pod["spec"]["containers"][0]
-    env = {e["name"]: e["value"] for e in trainer_container["env"]}
+    env = rank_env(pod, job, DEFAULT_POOLS[job.spec.accelerator])
     files = dict.fromkeys(rt.output_files(rank_table_request(job, 0)), rt.INITIALIZING)
     data_of = {cm["metadata"]["name"]: cm["data"] for cm in build_ranktable_configmaps(job, files, 0)}
     volumes = {v["name"]: v for v in pod["spec"]["volumes"]}

@@ -15,6 +15,7 @@ from dpjob_operator.api.termination import TERMINATION_LOG, cause_excerpt
 from dpjob_operator.builders.pods import build_rank_pod
 from dpjob_operator.reconcile.planner import plan_job
 from tests.support.builders import JobBuilder, pod
+from tests.support.podenv import rank_env
 
 pytestmark = pytest.mark.unit
 TRACEBACK = ("Traceback (most recent call last):\n  File \"/src/train.py\", line 3, in <module>\n"
@@ -46,8 +47,9 @@ def test_every_container_keeps_its_traceback_and_torchrun_writes_its_error_file_
                {"name": "sidecar", "image": "s", "terminationMessagePolicy": "File"}]}}).job())
     containers = build_rank_pod(job, 0, 0, DEFAULT_POOLS["cpu"])["spec"]["containers"]
     assert [c["terminationMessagePolicy"] for c in containers] == ["FallbackToLogsOnError", "File"]
-    env = {e["name"]: e.get("value") for e in containers[0]["env"]}
-    assert env["TORCHELASTIC_ERROR_FILE"] == TERMINATION_LOG
+    pod = {"spec": {"containers": containers}}
+    for name in ("trainer", "sidecar"):
+        assert rank_env(pod, job, DEFAULT_POOLS["cpu"], name)["TORCHELASTIC_ERROR_FILE"] == TERMINATION_LOG
 
 
 def test_last_failure_names_container_and_cause_and_the_event_says_the_same():

@@ -27,6 +27,11 @@ def ranktable_configmap_names(job_name: str, files: Sequence[str]) -> dict[str, 
             for i, file in enumerate(files)}
 
 
+def env_configmap_name(job_name: str) -> str:
+    """The ConfigMap of the environment every rank shares (the rank pods' ``envFrom``)."""
+    return f"{job_name}-env"
+
+
 def mindx_configmap_name(job_name: str) -> str:
     """The name ascend-operator's images expect (MindX: rings-config-<job>)."""
     return f"rings-config-{job_name}"

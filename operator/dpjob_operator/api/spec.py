@@ -30,6 +30,7 @@ class Rendezvous:
     min_replicas: int | None = None
     max_replicas: int | None = None
     max_restarts: int = 3
+    dns_records: str = "rank0"  # rank0 | allRanks: which ranks the headless Service publishes
 
 
 @dataclass(frozen=True)
@@ -161,6 +162,7 @@ def _rendezvous(rdzv: Mapping[str, Any]) -> Rendezvous:
         min_replicas=rdzv.get("minReplicas"),
         max_replicas=rdzv.get("maxReplicas"),
         max_restarts=int(rdzv.get("maxRestarts", 3)),
+        dns_records=str(rdzv.get("dnsRecords", "rank0")),
     )
 
 

@@ -21,7 +21,8 @@ from dpjob_operator.api.pools import PoolConfig
 from dpjob_operator.api.spec import Job
 from dpjob_operator.api.termination import TERMINATION_POLICY
 from dpjob_operator.builders.configmaps import ranktable_layout
-from dpjob_operator.builders.env import build_rank_env, merge_env
+from dpjob_operator.builders.env import merge_env
+from dpjob_operator.builders.shared_env import env_from, own_env
 
 RANKTABLE_VOLUME = "dpjob-ranktable"
 MINDX_VOLUME = "dpjob-mindx-ranktable"
@@ -29,7 +30,15 @@ METRICS_PORT = c.METRICS_PORT
 
 
 def build_headless_service(job: Job) -> dict[str, Any]:
-    """One headless Service for the whole gang; DNS records exist before the pods are Ready."""
+    """One headless Service for the whole gang; DNS records exist before the pods are Ready.
+
+    It selects rank 0 only unless the job asks for every rank (``rendezvous.dnsRecords``): rank 0
+    is the one name every launcher resolves (MASTER_ADDR, the c10d store, msrun's scheduler), and
+    peers reach each other by the IPs they exchange there. Selecting all N ranks makes the
+    Endpoints and EndpointSlice controllers rewrite objects listing every rank again and again
+    while the gang starts (at 512 ranks ~130 writes and ~0.9 s to all Running on 2 cores)."""
+    selector = job_labels(job) if job.spec.rendezvous.dns_records == "allRanks" else {
+        **job_labels(job), c.LABEL_RANK: "0"}
     return {
         "apiVersion": "v1",
         "kind": "Service",
@@ -38,7 +47,7 @@ def build_headless_service(job: Job) -> dict[str, Any]:
         "spec": {
             "clusterIP": "None",
             "publishNotReadyAddresses": True,
-            "selector": job_labels(job),
+            "selector": selector,
             "ports": [{"name": "rendezvous", "port": job.spec.rendezvous.port,
                        "targetPort": job.spec.rendezvous.port, "protocol": "TCP"}],
         },
@@ -140,8 +149,12 @@ def _trainer_ports(container: dict[str, Any], port: int) -> list[dict[str, Any]]
 
 def _inject(container: dict[str, Any], job: Job, pool: PoolConfig, env: list[tuple[str, str]],
             mounts: list[dict[str, Any]]) -> None:
-    """Our env and mounts into one container; devices and ports into the trainer only."""
+    """Our env (the shared part through ``envFrom``, last so that it wins over the user's own
+    sources as inline variables did) and mounts into one container; devices and ports into the
+    trainer only."""
     container["env"] = merge_env(container.get("env"), env)
+    shared = env_from(job)
+    container["envFrom"] = [source for source in container.get("envFrom") or [] if source != shared] + [shared]
     existing = {m.get("mountPath") for m in container.get("volumeMounts") or []}
     extra = [m for m in mounts if m["mountPath"] not in existing]
     if extra:
@@ -171,7 +184,7 @@ def build_rank_pod(job: Job, index: int, restart: int, pool: PoolConfig,
     if avoid_nodes:
         _avoid_nodes(pod_spec, avoid_nodes)
 
-    env = build_rank_env(job, index, restart, pool, cluster_domain)
+    env = own_env(job, index, restart, pool, cluster_domain)  # the rest: builders/shared_env.py
     table_volumes, mounts = _rank_table_volumes(job)
     volumes = list(pod_spec.get("volumes") or []) + table_volumes
     if volumes:

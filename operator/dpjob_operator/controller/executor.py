@@ -15,10 +15,12 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from dpjob_operator.api.names import env_configmap_name
 from dpjob_operator.api.observed import PodObservation
 from dpjob_operator.api.spec import Job
 from dpjob_operator.builders.configmaps import build_ranktable_configmaps
 from dpjob_operator.builders.pods import build_headless_service
+from dpjob_operator.builders.shared_env import build_env_configmap
 from dpjob_operator.config import OperatorConfig
 from dpjob_operator.controller.blocking import Blocking, together
 from dpjob_operator.controller.children import create_or_claim, read_and_claim
@@ -34,6 +36,7 @@ from dpjob_operator.reconcile.actions import (
     CreatePods,
     DeleteJob,
     DeletePods,
+    EnsureEnvironment,
     EnsureGang,
     EnsureService,
     Plan,
@@ -43,6 +46,7 @@ from dpjob_operator.reconcile.claims import OURS, PREVIOUS, conflict_message, ow
 from dpjob_operator.reconcile.reasons import (
     CONFIGMAP_NAME_CONFLICT,
     CREATED,
+    ENVIRONMENT_WRITE_FAILED,
     GANG_NAME_CONFLICT,
     RANK_TABLE_READY,
     RANK_TABLE_WRITE_FAILED,
@@ -64,12 +68,14 @@ class PassFacts:
 Handler = Callable[[Job, Any, PassFacts], Awaitable[None]]
 # Actions that depend on no other: a plan's leading run of them is sent at once. The pods come
 # after (they name the PodGroup and mount the rank table), each in plan order.
-INDEPENDENT = (EnsureService, ApplyRankTable, EnsureGang)
+INDEPENDENT = (EnsureService, EnsureEnvironment, ApplyRankTable, EnsureGang)
 
 
 # Which condition says so when a child's name is taken: without its Service, Workload or PodGroup
-# no rank pod is created; without its ConfigMap the rank table is not ready.
+# no rank pod is created (nor started, without its environment); without its ConfigMap the rank
+# table is not ready.
 _CONFLICT = {"Service": (SERVICE_NAME_CONFLICT, CREATED), "ConfigMap": (CONFIGMAP_NAME_CONFLICT, RANK_TABLE_READY),
+             "environment ConfigMap": (CONFIGMAP_NAME_CONFLICT, CREATED),
              "Workload": (GANG_NAME_CONFLICT, CREATED), "PodGroup": (GANG_NAME_CONFLICT, CREATED)}
 
 
@@ -95,6 +101,15 @@ class RankTableWriteFailed(ReportedFailure):
                          RANK_TABLE_WRITE_FAILED, RANK_TABLE_READY)
 
 
+class EnvironmentWriteFailed(ReportedFailure):
+    """The API server refused the ranks' shared environment (a ConfigMap quota, an admission
+    webhook): no rank could start (the kubelet waits for an ``envFrom`` map), so Created=False."""
+
+    def __init__(self, name: str, server_message: str, report: str | None) -> None:
+        super().__init__(f"writing the ranks' environment ConfigMap {name} failed: {server_message}", report,
+                         ENVIRONMENT_WRITE_FAILED, CREATED)
+
+
 class Executor:
     def __init__(self, cfg: OperatorConfig, kube: KubeClient, blocking: Blocking, gangs: Gangs,
                  timings: Timings) -> None:
@@ -114,6 +129,7 @@ class Executor:
         self._table_errors: dict[str, tuple[str, str]] = {}       # uid -> (reason, why) the last write failed
         self.handlers: Mapping[type, Handler] = {
             EnsureService: self._ensure_service,
+            EnsureEnvironment: self._ensure_environment,
             ApplyRankTable: self._apply_rank_table,
             EnsureGang: self._ensure_gang,
             ReleaseGang: self._release_gang,
@@ -197,7 +213,9 @@ class Executor:
         if verdict == PREVIOUS:
             raise WaitingForPrevious(f"{kind} {meta.get('name')} still belongs to a previous job named {job.name}")
         message = conflict_message(kind, meta)
-        raise ChildConflict(kind, message, self.reported.first_time(job.uid, message))
+        key = "environment ConfigMap" if kind == "ConfigMap" and meta.get("name") == env_configmap_name(job.name) \
+            else kind
+        raise ChildConflict(key, message, self.reported.first_time(job.uid, message))
 
     def rank_table_write_error(self, uid: str) -> tuple[str, str] | None:
         """(reason, message) of the job's last failed rank-table write, until one succeeds (for the
@@ -207,7 +225,8 @@ class Executor:
     async def _apply_rank_table(self, job: Job, action: ApplyRankTable, facts: PassFacts) -> None:
         """Write the table; a refusal or a name conflict is remembered (the planner reports it)."""
         try:
-            await self._write_rank_tables(job, action, facts.restart)
+            await self._write_configmaps(job, build_ranktable_configmaps(job, action.files, facts.restart),
+                                         RankTableWriteFailed)
         except (RankTableWriteFailed, ChildConflict) as failure:
             error = (failure.reason, str(failure))
             if self._table_errors.get(job.uid) != error:
@@ -216,13 +235,24 @@ class Executor:
             raise
         self._table_errors.pop(job.uid, None)
 
-    async def _write_rank_tables(self, job: Job, action: ApplyRankTable, restart: int) -> None:
+    async def _ensure_environment(self, job: Job, _action: EnsureEnvironment, _facts: PassFacts) -> None:
+        """The ranks' shared environment: written once, and again only when the spec changes it."""
+        cm = build_env_configmap(job, self.cfg.pools[job.spec.accelerator], self.cfg.cluster_domain)
+        try:
+            await self._write_configmaps(job, [cm], EnvironmentWriteFailed)
+        except EnvironmentWriteFailed as failure:
+            failure.report = self.reported.first_time(job.uid, str(failure))  # told once, retried with backoff
+            raise
+
+    async def _write_configmaps(self, job: Job, maps: Sequence[Mapping[str, Any]],
+                                refused: Callable[[str, str, str | None], ReportedFailure]) -> None:
         """Write each ConfigMap only when its data differs from what we (or a previous operator) wrote.
 
         A table never seen is created straight away (a new job's: one POST, no GET first); a 409
         means it exists, and only then is it read and claimed. A known table is patched, not
-        POSTed again for a 409, and re-read after ``memo_seconds`` (someone may have changed it)."""
-        for cm in build_ranktable_configmaps(job, action.files, restart):
+        POSTed again for a 409, and re-read after ``memo_seconds`` (someone may have changed it).
+        A refusal by the API server raises ``refused``."""
+        for cm in maps:
             name = cm["metadata"]["name"]
             memo = (job.uid, name)
             known = self._tables.get(memo)
@@ -230,22 +260,23 @@ class Executor:
                 current = await self._claim_child(job, "ConfigMap", name)
                 known = None if current is None else (current.get("data") or {}, time.monotonic())
             if known is None:
-                create = functools.partial(self._table_write, self.kube.create_if_absent, cm)
+                create = functools.partial(self._table_write, self.kube.create_if_absent, cm, refused)
                 current = await self._create_or_claim(job, cm, create)  # taken: ours, or a conflict
                 known = (dict(cm["data"] if current is None else current.get("data") or {}), time.monotonic())
             if known[0] != cm["data"]:
-                await self._table_write(self.kube.patch_configmap_data, cm)
+                await self._table_write(self.kube.patch_configmap_data, cm, refused)
                 known = (dict(cm["data"]), time.monotonic())
             self._tables[memo] = known
 
-    async def _table_write(self, write: Callable[[Mapping[str, Any]], Any], cm: Mapping[str, Any]) -> Any:
+    async def _table_write(self, write: Callable[[Mapping[str, Any]], Any], cm: Mapping[str, Any],
+                           refused: Callable[[str, str, str | None], ReportedFailure]) -> Any:
         try:
             return await self.blocking.run(write, cm)
         except errors.ApiError as e:
             if errors.is_namespace_terminating(e):
                 raise  # not the table's fault: the namespace and the job are going away (quiet requeue)
             if errors.is_refusal(e) or errors.status_of(e) == 413:  # too large, quota, admission
-                raise RankTableWriteFailed(cm["metadata"]["name"], errors.api_message(e), None) from e
+                raise refused(cm["metadata"]["name"], errors.api_message(e), None) from e
             raise  # transient: the worker's backoff retries it
 
     async def _ensure_gang(self, job: Job, action: EnsureGang, _facts: PassFacts) -> None:

@@ -32,6 +32,12 @@ class EnsureService:
 
 
 @dataclass(frozen=True)
+class EnsureEnvironment:
+    """The ConfigMap of the variables every rank shares exists and says what the spec says
+    (builders/shared_env.py); the rank pods read it through ``envFrom``."""
+
+
+@dataclass(frozen=True)
 class ApplyRankTable:
     files: Mapping[str, str]
 
@@ -54,7 +60,8 @@ class ReleaseGang:
     """No PodGroup or Workload of the job remains (terminal or suspended: nothing to schedule)."""
 
 
-Action = CreatePods | DeletePods | EnsureService | ApplyRankTable | DeleteJob | EnsureGang | ReleaseGang
+Action = (CreatePods | DeletePods | EnsureService | EnsureEnvironment | ApplyRankTable | DeleteJob | EnsureGang
+          | ReleaseGang)
 
 
 @dataclass(frozen=True)

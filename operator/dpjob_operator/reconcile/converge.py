@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from dpjob_operator.api.names import rank_pod_name
 from dpjob_operator.api.observed import PodObservation, RankTableOutcome
 from dpjob_operator.reconcile import reasons as r
-from dpjob_operator.reconcile.actions import CreatePods, DeletePods, EnsureService
+from dpjob_operator.reconcile.actions import CreatePods, DeletePods, EnsureEnvironment, EnsureService
 from dpjob_operator.reconcile.claims import report_blocked
 from dpjob_operator.reconcile.context import PassContext
 from dpjob_operator.reconcile.placement import avoided_nodes
@@ -23,6 +23,7 @@ def converge(ctx: PassContext, current: Sequence[PodObservation], all_pods: Sequ
     """
     spec = ctx.job.spec
     ctx.actions.append(EnsureService())  # the executor remembers it per job uid: no API call after the first
+    ctx.actions.append(EnsureEnvironment())  # likewise, until the spec changes what the ranks share
     names_in_use = {p.name for p in all_pods}
     present = {p.index for p in current}
     absent = [i for i in range(spec.replicas) if i not in present]

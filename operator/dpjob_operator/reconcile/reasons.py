@@ -61,6 +61,7 @@ CLEARED = "Cleared"                              # StuckTerminating=False
 STRAGGLER = "Straggler"                          # status.progress.slowestRank appeared or changed
 STARTING = "Starting"                            # Waiting: ranks are being created or started
 RANK_TABLE_WRITE_FAILED = "RankTableWriteFailed"  # the API server refused to store a completed table
+ENVIRONMENT_WRITE_FAILED = "EnvironmentWriteFailed"  # ... or the ranks' shared environment (Created=False)
 SPEC_FIXED = "SpecFixed"
 STARTUP_TIMEOUT = "StartupTimeout"   # no first step within runPolicy.startupTimeoutSeconds
 PROGRESSING = "Progressing"          # Stalled=False: steps are reported again
