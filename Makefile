@@ -17,19 +17,27 @@ venv: ## create or reuse the cached virtual environment
 venv-mindspore: ## create or reuse the MindSpore trainer's venv (~/.cache/dpjob/venv-ms-<sha>; ~800 MB download)
 	@bash devcluster/venv-mindspore.sh
 
-binaries: ## build or reuse etcd, kube-*, kubelet, kubectl, kwok, helm, CoreDNS and Prometheus from Go modules
+binaries: ## build or reuse etcd, kube-*, kubelet, kubectl, kwok, helm, CoreDNS, Prometheus and the registry from Go modules
 	@bash devcluster/build.sh >/dev/null
 
 kubeflow: ## build or reuse Kubeflow's training-operator v1.8.1 from its Go module (the peer bench/compare.py runs)
 	@bash devcluster/build-kubeflow.sh >/dev/null
 
-images: ## build or reuse the pause, CoreDNS, operator and trainer images (buildah, no Docker daemon)
-	@bash devcluster/images.sh >/dev/null
+images: ## build every image an example, the chart or `dpjob run` names: operator, trainer (cpu = cuda), trainer (mindspore-cpu)
+	@bash devcluster/images.sh operator trainer trainer-mindspore
 
-doctor: ## list every prerequisite, found or missing, with versions
+REGISTRY ?=
+push: ## push the images to REGISTRY=host/path (default: the dev cluster's registry, localhost:5000/dpjob)
+	@python3 devcluster/publish.py push $(if $(REGISTRY),--registry $(REGISTRY))
+
+release: ## push the images and the chart, VERSION=x.y.z (= pyproject.toml's) REGISTRY=host/path
+	@if [ -z "$(VERSION)" ] || [ -z "$(REGISTRY)" ]; then echo "make release: set VERSION=x.y.z and REGISTRY=host/path (e.g. ghcr.io/dpjob)" >&2; exit 2; fi
+	@bin=$(BIN_DIR); python3 devcluster/publish.py release --version $(VERSION) --registry $(REGISTRY) --helm "$$bin/helm"
+
+doctor: ## check the machine (OS, root, cores, disk, network) and list every prerequisite, found or missing
 	@python3 devcluster/doctor.py
 
-cluster-up: ## start the local cluster: control plane, kwok pools, a real node (idempotent)
+cluster-up: ## start the local cluster: registry, control plane, kwok pools, a real node (idempotent)
 	@bash devcluster/sysdeps.sh tools; bin=$(BIN_DIR); venv=$(VENV); python3 devcluster/cluster.py up --bin-dir "$$bin" --python "$$venv/bin/python"
 
 cluster-down: ## stop the local control plane and remove its state
@@ -78,4 +86,4 @@ bench-compare: cluster-up kubeflow ## raw client vs dpjob vs Kubeflow's training
 clean: cluster-down ## remove local state (caches under ~/.cache/dpjob are kept)
 	@rm -rf .devcluster .pytest_cache .mypy_cache .ruff_cache
 
-.PHONY: help venv venv-mindspore test-mindspore binaries kubeflow bench-compare images doctor cluster-up cluster-down cluster-status crds run lint test-unit test chaos dev bench clean
+.PHONY: help venv venv-mindspore test-mindspore binaries kubeflow bench-compare images push release doctor cluster-up cluster-down cluster-status crds run lint test-unit test chaos dev bench clean

@@ -18,7 +18,8 @@ if [ -x "$OUT/training-operator" ] && [ -d "$OUT/crds" ]; then
   echo "$OUT"
   exit 0
 fi
-command -v go >/dev/null 2>&1 || { log "go is not installed: install Go >= 1.25 (https://go.dev/doc/install), then re-run"; exit 1; }
+GO=$(bash "$(dirname "${BASH_SOURCE[0]}")/go.sh" | tail -1) || exit 1
+export PATH="$(dirname "$GO"):$PATH"
 mkdir -p "$CACHE_ROOT/tools" "$LOGS"
 exec 9>"$CACHE_ROOT/.build.lock"  # one Go build at a time per machine (shared with build.sh)
 if ! flock -n 9; then log "another build is running; waiting for it"; flock 9; fi

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Build (or reuse) the dev cluster's binaries from Go modules: the control plane and a real node
 # (kube-apiserver, controller-manager, scheduler, kubelet, kube-proxy, kubectl), etcd, kwok, helm,
-# CoreDNS, Prometheus 3 and the Prometheus Operator.
+# CoreDNS, Prometheus 3, the Prometheus Operator and the OCI registry (CNCF distribution).
 #
 # Why from Go modules: this project's machines have no Docker engine and cannot download
 # release binaries, but they do reach the Go module proxy. Everything lands in
@@ -19,6 +19,7 @@ COREDNS_VERSION=${COREDNS_VERSION:-1.15.0}
 # Prometheus 3.x is published as the Go module version v0.3<minor>.<patch>.
 PROMETHEUS_MODULE_VERSION=${PROMETHEUS_MODULE_VERSION:-0.316.0}
 PROMETHEUS_OPERATOR_VERSION=${PROMETHEUS_OPERATOR_VERSION:-0.85.0}
+REGISTRY_VERSION=${REGISTRY_VERSION:-3.1.2}
 
 CACHE_ROOT=${DPJOB_CACHE:-$HOME/.cache/dpjob}
 KEY="k8s-${K8S_VERSION}_etcd-${ETCD_VERSION}_kwok-${KWOK_VERSION}_helm-${HELM_VERSION}"
@@ -37,7 +38,8 @@ fi
 export CGO_ENABLED=0 GOFLAGS=-trimpath GOTOOLCHAIN=${GOTOOLCHAIN:-local}
 log() { echo "[build] $*" >&2; }
 have() { [ -x "$BIN/$1" ]; }
-command -v go >/dev/null 2>&1 || { log "go is not installed: install Go >= 1.25 (https://go.dev/doc/install), then re-run"; exit 1; }
+GO=$(bash "$(dirname "${BASH_SOURCE[0]}")/go.sh" | tail -1) || exit 1
+export PATH="$(dirname "$GO"):$PATH"
 
 # step NAME MINUTES FUNCTION: run FUNCTION with its output in a log file, and say every minute how
 # long it has taken against the usual cold time on 2 cores. One clear line if it fails.
@@ -178,6 +180,12 @@ build_prometheus_operator() {
   chmod -R u+w "$out/crds" "$out/rbac"
 }
 
+build_registry() {
+  # CNCF distribution's registry: the dev cluster's nodes pull every image from it (registry.py).
+  GOBIN="$TOOLS/registry-$REGISTRY_VERSION" go install -ldflags "-s -w" \
+    "github.com/distribution/distribution/v3/cmd/registry@v$REGISTRY_VERSION"
+}
+
 link_tool() {  # tools of their own version live outside the k8s-keyed bin directory: DIR BINARY [LINK]
   ln -sfn "$TOOLS/$1/$2" "$BIN/${3:-$2}"
 }
@@ -191,6 +199,7 @@ have helm || todo+=("helm 3 build_helm")
 [ -x "$TOOLS/prometheus-$PROMETHEUS_MODULE_VERSION/prometheus" ] || todo+=("prometheus 4 build_prometheus")
 [ -d "$TOOLS/prometheus-operator-$PROMETHEUS_OPERATOR_VERSION/rbac" ] || \
   todo+=("prometheus-operator 6 build_prometheus_operator")
+[ -x "$TOOLS/registry-$REGISTRY_VERSION/registry" ] || todo+=("registry 2 build_registry")
 [ -z "$(k8s_missing)" ] || todo+=("kubernetes 8 build_k8s")
 STEPS_TOTAL=${#todo[@]}
 [ $STEPS_TOTAL -eq 0 ] || log "building $STEPS_TOTAL component(s) from Go modules into $CACHE_ROOT (first run only)"
@@ -202,6 +211,7 @@ link_tool "coredns-$COREDNS_VERSION" coredns
 link_tool "prometheus-$PROMETHEUS_MODULE_VERSION" prometheus
 link_tool "prometheus-operator-$PROMETHEUS_OPERATOR_VERSION" operator prometheus-operator
 link_tool "prometheus-operator-$PROMETHEUS_OPERATOR_VERSION" prometheus-config-reloader
+link_tool "registry-$REGISTRY_VERSION" registry
 [ -d "$CACHE_ROOT/$KEY/kwok-stage/pod" ] || stage_dir >>"$BUILD_LOGS/build-kwok.log" 2>&1
 [ $STEPS_TOTAL -eq 0 ] || log "binaries ready in $(( $(date +%s) - start ))s: $BIN"
 echo "$BIN"

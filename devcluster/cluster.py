@@ -2,7 +2,8 @@
 """Start and stop dpjob's local Kubernetes cluster from binaries built by ``devcluster/build.sh``:
 the control plane (etcd, kube-apiserver, kube-controller-manager, kube-scheduler), kwok node pools
 for scale and GPU/NPU simulation, and real nodes (kubelet + containerd, kube-proxy, CoreDNS; see
-devcluster/realnode.py) where pods run as containers from images built by devcluster/images.sh.
+devcluster/realnode.py) where pods run as containers from images built by devcluster/images.sh,
+pushed to the cluster's own OCI registry (devcluster/registry.py) and pulled from it by the kubelet.
 
 Why a script of our own instead of kwokctl: this machine has no default container runtime, and
 we want exactly the flags that matter for the operator (RBAC, token auth, service-account
@@ -31,7 +32,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from devcluster import realnode  # noqa: E402
+from devcluster import publish, realnode, registry  # noqa: E402
 
 STATE = Path(os.environ.get("DPJOB_DEVCLUSTER_DIR", REPO / ".devcluster"))
 RUN, LOGS, PIDS, BIN = STATE / "run", STATE / "logs", STATE / "pids", STATE / "bin"
@@ -55,7 +56,7 @@ NODE_COMPONENTS = tuple(c for n in NODES for c in (f"containerd-{n.index}", f"ku
     (("kube-proxy",) if NODES else ())
 # Components started in this order and stopped in reverse.
 # The last ones are started by devcluster/stack.py (make dev, e2e tests) and stopped here first.
-COMPONENTS = (*CONTROL_PLANE, "ascend-device-plugin", *NODE_COMPONENTS, "operator", "prometheus")
+COMPONENTS = ("registry", *CONTROL_PLANE, "ascend-device-plugin", *NODE_COMPONENTS, "operator", "prometheus")
 
 
 @dataclass(frozen=True)
@@ -422,8 +423,8 @@ options:
 
 
 def cluster_is_up() -> bool:
-    return all(alive(read_pid(c)) for c in CONTROL_PLANE + NODE_COMPONENTS) and KUBECONFIG.exists() and \
-        api_get("/readyz")[0] == 200
+    return all(alive(read_pid(c)) for c in ("registry", *CONTROL_PLANE, *NODE_COMPONENTS)) and \
+        KUBECONFIG.exists() and api_get("/readyz")[0] == 200
 
 
 def up(bin_dir: Path, python: str | None) -> None:
@@ -433,8 +434,8 @@ def up(bin_dir: Path, python: str | None) -> None:
     if cluster_is_up():
         log(f"cluster already up (kubeconfig {KUBECONFIG})")
         ensure_device_plugin(python)
-        for node in NODES:  # images whose inputs changed since the node started
-            realnode.import_images(node, list(built_images().values()), log, realnode.aliases(REPO))
+        if NODES:  # images whose inputs changed since the node started
+            built_images()
         return
     # A half-started or crashed cluster: stop whatever is left and start clean.
     down(quiet=True)
@@ -449,6 +450,7 @@ def up(bin_dir: Path, python: str | None) -> None:
         if port_open(port):
             raise SystemExit(f"port {port} is already in use by another process; stop it or set DPJOB_ETCD_PORT/"
                              "DPJOB_APISERVER_PORT")
+    start_registry(bin_dir)
     adv = advertise_address()
     make_pki(adv)
     write_kubeconfig()
@@ -520,9 +522,9 @@ leaderElection: {{leaderElect: false}}
         subprocess.run(["bash", str(REPO / "devcluster" / "sysdeps.sh"), "node"], check=True)
         images = built_images()
         for node in NODES:
-            start_real_node(bin_dir, node, adv, images)
+            start_real_node(bin_dir, node, adv, images["pause"])
         start_kube_proxy(bin_dir, NODES[0])
-        install_coredns(images["coredns"].ref)
+        install_coredns(images["coredns"])
     log(f"cluster up in {time.monotonic() - t0:.1f}s: {len(nodes)} kwok nodes, {len(NODES)} real node(s); "
         f"export KUBECONFIG={KUBECONFIG} PATH={BIN}:$PATH")
 
@@ -531,21 +533,50 @@ leaderElection: {{leaderElect: false}}
 # real nodes
 
 
-def built_images(names: tuple[str, ...] = ("pause", "coredns", "operator", "trainer")) -> dict:
-    """Build (or reuse) the images; ``NAME REF ARCHIVE`` per image (devcluster/images.sh)."""
-    out = subprocess.run(["bash", str(REPO / "devcluster" / "images.sh"), *names], stdout=subprocess.PIPE, text=True)
-    if out.returncode != 0:
-        raise SystemExit("building the images failed (the line above says which step and why)")
-    return realnode.parse_image_lines(out.stdout)
+def start_registry(bin_dir: Path) -> None:
+    """The OCI registry the nodes pull from, on a loopback port; its storage outlives the cluster.
+    Blobs of manifests deleted since the last start are freed first (the registry must be down)."""
+    config = RUN / "registry.yml"
+    config.write_text(registry.config())
+    registry.STORAGE.mkdir(parents=True, exist_ok=True)
+    if port_open(registry.PORT):
+        raise SystemExit(f"port {registry.PORT} is already in use by another process; stop it or set "
+                         "DPJOB_REGISTRY_PORT")
+    gc = registry.garbage_collect(bin_dir / "registry", config) if registry.has_repositories() else None
+    if gc is not None and gc.returncode != 0:
+        log(f"registry garbage-collect failed (the registry starts anyway): {gc.stderr.strip()[-300:]}")
+    start("registry", registry.command(bin_dir / "registry", config))
+    wait_until(f"the registry on {registry.HOST}", registry.ready, 30, "registry")
 
 
-def start_real_node(bin_dir: Path, node: realnode.RealNode, adv: str, images: dict) -> None:
+def built_images(names: tuple[str, ...] = ("pause", "coredns", "operator", "trainer")) -> dict[str, str]:
+    """Build (or reuse) the images and push them to the dev registry: name -> the reference to run.
+
+    A tag the push moved (``trainer:cpu`` after a trainer change) is forgotten on the running nodes,
+    so the next pod that names it pulls the new build."""
+    pushed = publish.push_images(registry.DEV_REPOSITORY, list(names), publish.source_version(), dev=True)
+    forget_on_nodes(pushed)
+    return {name: ref for name, (ref, _) in pushed.items()}
+
+
+def forget_on_nodes(pushed: dict[str, tuple[str, dict[str, str]]]) -> None:
+    """After a push to the dev registry: each running node forgets the tags that moved and the
+    superseded dev builds (``publish.push_images``'s result)."""
+    digests = {ref: digest for _, tags in pushed.values() for ref, digest in tags.items()}
+    for node in NODES:
+        if node.socket.exists():
+            realnode.forget(node, digests, {registry.DEV_REPOSITORY: registry.PUBLIC_REPOSITORY},
+                            [ref for ref, _ in pushed.values()])
+
+
+def start_real_node(bin_dir: Path, node: realnode.RealNode, adv: str, pause_image: str) -> None:
     """containerd + kubelet for one node; its pods get CNI addresses in ``node.subnet``."""
     t0 = time.monotonic()
     realnode.wipe(node)  # whatever a killed run left: containers, mounts, the bridge
     for sub in ("containerd", "cni", "pki", "kubelet"):
         (node.state / sub).mkdir(parents=True, exist_ok=True)
-    (node.state / "containerd" / "config.toml").write_text(realnode.containerd_config(node))
+    (node.state / "containerd" / "config.toml").write_text(realnode.containerd_config(node, pause_image))
+    registry.write_node_hosts(node.registry_hosts)
     (node.state / "cni" / "10-dpjob.conflist").write_text(json.dumps(realnode.cni_config(node), indent=2))
     pki = RUN / "pki"
     issue_cert(pki, "kubelet", f"/CN={node.name}", "serverAuth", [f"IP:{adv}", "IP:127.0.0.1", f"DNS:{node.name}"],
@@ -560,7 +591,6 @@ def start_real_node(bin_dir: Path, node: realnode.RealNode, adv: str, images: di
     start(component, [realnode.CONTAINERD, "--config", str(node.state / "containerd" / "config.toml")])
     wait_until(f"containerd of {node.name}", lambda: realnode.ctr(node, "version", check=False,
                                                                   timeout=5).returncode == 0, 30, component)
-    realnode.import_images(node, list(images.values()), log, realnode.aliases(REPO))
     labels = ",".join(f"{k}={v}" for k, v in realnode.labels(node).items())
     realnode.ensure_cgroup_root(node)
     component = f"kubelet-{node.index}"

@@ -1,7 +1,8 @@
 """``make dev``: the whole product on this machine, the way a user runs it.
 
-Starts (or reuses) the local cluster with a real node (kubelet + containerd, images built here),
-installs the operator with Helm as a pod from its own image, starts Prometheus 3 (it discovers
+Starts (or reuses) the local cluster with a real node (kubelet + containerd) and an OCI registry,
+builds the images and pushes them and the chart to that registry, installs the operator from it
+with ``helm install dpjob oci://...`` as a pod the kubelet pulled, starts Prometheus 3 (it discovers
 pods through the API server), applies examples/quickstart-cpu.yaml unchanged, shows progress
 while two rank containers train with torch DDP over gloo (rendezvous over cluster DNS), then
 prints the status, each rank's result from ``kubectl logs`` and where to look.
@@ -23,7 +24,7 @@ import yaml
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from devcluster import cluster, doctor, stack  # noqa: E402
+from devcluster import cluster, doctor, publish, registry, stack  # noqa: E402
 
 NAMESPACE = "dpjob-dev"
 EXAMPLE = REPO / "examples" / "quickstart-cpu.yaml"
@@ -150,6 +151,15 @@ def simulate(args: argparse.Namespace, t0: float) -> int:
     return 3
 
 
+def link_cli() -> None:
+    """``dpjob`` and ``kubectl-dpj`` beside kubectl and helm in .devcluster/bin: one PATH entry."""
+    for tool in ("dpjob", "kubectl-dpj"):
+        link, target = cluster.BIN / tool, Path(sys.executable).parent / tool
+        if target.exists():
+            link.unlink(missing_ok=True)
+            link.symlink_to(target)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--bin-dir", required=True)
@@ -172,8 +182,10 @@ def main() -> int:
         fail("DPJOB_REAL_NODES=0: this cluster has no node that runs containers, so no job can train; "
              "unset it (the kwok pools only simulate pods)")
     apply_crds()
-    say(f"installing the operator with Helm: release {stack.RELEASE} in namespace {stack.OPERATOR_NAMESPACE}, "
-        "as a pod from its own image")
+    link_cli()
+    say(f"installing the operator from the registry: helm install {stack.RELEASE} "
+        f"oci://{registry.DEV_REPOSITORY}/charts/dpjob-operator --version {publish.source_version()} "
+        f"-n {stack.OPERATOR_NAMESPACE}")
     try:
         image = stack.install_operator()
     except RuntimeError as e:
@@ -235,11 +247,13 @@ def main() -> int:
     bin_dir = cluster.BIN
     print(f"""
 Where to look next:
-  kubectl:     export KUBECONFIG={cluster.KUBECONFIG} PATH={bin_dir}:$PATH
+  kubectl:     export KUBECONFIG={cluster.KUBECONFIG} PATH={bin_dir}:$PATH   # kubectl, helm, dpjob
                kubectl describe dpj {name} -n {NAMESPACE}      # conditions and events
+               dpjob list -n {NAMESPACE}                       # the CLI
                kubectl logs {name}-rank-0 -n {NAMESPACE}       # a rank's log (a real container)
   operator:    kubectl -n {stack.OPERATOR_NAMESPACE} logs deploy/{stack.OPERATOR_DEPLOYMENT}
                helm -n {stack.OPERATOR_NAMESPACE} status {stack.RELEASE}
+  registry:    http://{registry.HOST}/v2/_catalog (images and the chart; make push, make release)
   Prometheus:  http://127.0.0.1:{PROM_PORT}/api/v1/query?query=dpjob_trainer_loss  (HTTP API; the web UI's
                assets are not built here)
   dashboards:  helm/dpjob-operator/dashboards/*.json (import into Grafana, datasource = this Prometheus)

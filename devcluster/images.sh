@@ -15,16 +15,19 @@
 # bookworm's python3.11 matches it. pause and CoreDNS are single static binaries, built from the
 # Kubernetes and CoreDNS Go modules.
 #
-# Each image is cached as an OCI archive in ~/.cache/dpjob/images/, named by a hash of its inputs,
-# so a second run takes seconds and an input change rebuilds only that image. The node imports
-# the archives into containerd (pods use imagePullPolicy IfNotPresent; nothing is ever pulled).
+# Each image is kept in buildah's storage under ~/.cache/dpjob/buildah, tagged by a hash of its
+# inputs, so a second run takes seconds and an input change rebuilds only that image (and only the
+# layers after the change: the trainer's multi-GB virtualenv layer is built once). Nothing here
+# reaches a node: devcluster/publish.py pushes the images to a registry, the dev cluster's own
+# (devcluster/registry.py) or a user's, and the kubelet pulls them from there.
 #
 # Corporate networks and these machines pass package downloads through a TLS proxy whose CA only
 # the host trusts: the host's pip configuration (`pip config list`: index-url, cert, ...) and the
 # CA files it names are mounted into every build step, never baked into an image.
 # DPJOB_BUILD_CA_BUNDLE names an extra CA bundle to trust the same way.
 #
-# Prints `NAME REF ARCHIVE` per image on stdout; progress goes to stderr, build logs to files.
+# Prints `NAME REF` per image on stdout (REF: the local buildah tag); progress goes to stderr,
+# build logs to files.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 CACHE_ROOT=${DPJOB_CACHE:-$HOME/.cache/dpjob}
@@ -45,6 +48,8 @@ BUILDAH=(buildah --root "$CACHE_ROOT/buildah/storage" --runroot "$CACHE_ROOT/bui
 # One build at a time per machine (make dev and a CI clone may ask together): builds share storage.
 exec 9>"$IMAGES/.lock"
 flock 9
+# OCI archives of an earlier layout of this cache: images now live in buildah's storage only.
+find "$IMAGES" -maxdepth 1 ! -name 'rootfs-*' -regextype posix-extended -regex '.*/[a-z-]+-[0-9a-f]{12}\.tar(\.complete)?' -delete
 # Keep at most this much of buildah's layer cache; past it, drop the cache of superseded builds.
 STORAGE_CAP_GB=${DPJOB_BUILDAH_CACHE_GB:-30}
 
@@ -76,17 +81,8 @@ hash_inputs() {  # hash_inputs STRING PATH... -> 12 hex chars over the string an
     fi; } | sha256sum | cut -c1-12
 }
 
-have_archive() { [ -s "$1" ] && [ -f "$1.complete" ]; }
-
-export_archive() {  # export_archive REF ARCHIVE: uncompressed, since containerd unpacks it at once
-  rm -f "$2" "$2.complete"
-  "${BUILDAH[@]}" push --quiet --disable-compression "$1" "oci-archive:$2:$1" >/dev/null
-  touch "$2.complete"
-  # Superseded archives of this image only ("prometheus-*" must not match prometheus-config-reloader's).
-  local base=${2##*/}; base=${base%-*}
-  find "$IMAGES" -maxdepth 1 -regextype posix-extended -regex ".*/$base-[0-9a-f]{12}\.tar(\.complete)?" \
-    ! -name "$(basename "$2")" ! -name "$(basename "$2").complete" -delete
-}
+image_size() { "${BUILDAH[@]}" images --format '{{.Size}}' "$1" 2>/dev/null | head -1; }
+have_image() { "${BUILDAH[@]}" inspect --type image "$1" >/dev/null 2>&1; }
 
 run_logged() {  # run_logged WHAT LOGFILE CMD...: quiet on success, the log's tail and one line on failure
   local what=$1 logfile=$2; shift 2
@@ -131,7 +127,7 @@ ensure_base() {
   if [ "$("${BUILDAH[@]}" inspect --type image --format '{{index .ImageAnnotations "io.dpjob.base"}}' "$BASE_REF" 2>/dev/null)" = "$BASE_KEY" ]; then
     return
   fi
-  if ! have_archive "$tarball"; then
+  if [ ! -s "$tarball" ] || [ ! -f "$tarball.complete" ]; then
     local t0=$SECONDS
     log "base: Debian $SUITE root filesystem with python3 (mmdebstrap, about 1 min)"
     rm -f "$tarball"
@@ -152,8 +148,8 @@ ensure_base() {
 # --------------------------------------------------------------------------- Dockerfile images
 build_dockerfile() {  # NAME DOCKERFILE CONTEXT KEY [build args...]
   local name=$1 dockerfile=$2 context=$3 key=$4; shift 4
-  local ref="localhost/dpjob/$name:dev-$key" archive="$IMAGES/$name-$key.tar"
-  if ! have_archive "$archive"; then
+  local ref="localhost/dpjob/$name:dev-$key"
+  if ! have_image "$ref"; then
     ensure_base
     [ ${#build_volumes[@]} -gt 0 ] || prepare_build_network
     local t0=$SECONDS
@@ -161,12 +157,10 @@ build_dockerfile() {  # NAME DOCKERFILE CONTEXT KEY [build args...]
     run_logged "building the $name image" "$LOGS/image-$name.log" \
       "${BUILDAH[@]}" bud --layers --isolation chroot --pull-never "${build_volumes[@]}" "$@" \
       -f "$dockerfile" -t "$ref" "$context"
-    log "$name: built in $((SECONDS - t0))s; writing the OCI archive"
-    export_archive "$ref" "$archive"
     tidy_storage "$ref"
-    log "$name: $(du -h "$archive" | cut -f1) in $((SECONDS - t0))s"
+    log "$name: built in $((SECONDS - t0))s ($(image_size "$ref"))"
   fi
-  echo "$name $ref $archive"
+  echo "$name $ref"
 }
 
 image_operator() {
@@ -194,12 +188,12 @@ image_trainer-mindspore() {
 }
 
 # ------------------------------------------------------------------- single static binaries
-build_binary_image() {  # NAME REF BINARY [DEST]: one static binary at DEST (default /NAME-of-binary)
-  local name=$1 ref=$2 binary=$3 dest=${4:-/$(basename "$3")}
-  local key archive
+build_binary_image() {  # NAME VERSION BINARY [DEST]: one static binary at DEST (default /NAME-of-binary)
+  local name=$1 version=$2 binary=$3 dest=${4:-/$(basename "$3")}
+  local key ref
   key=$({ sha256sum "$binary"; echo "$dest"; } | sha256sum | cut -c1-12)
-  archive="$IMAGES/$name-$key.tar"
-  if ! have_archive "$archive"; then
+  ref="localhost/dpjob/$name:$version-$key"
+  if ! have_image "$ref"; then
     log "$name: image from $(basename "$binary")"
     local c
     c=$("${BUILDAH[@]}" from --quiet scratch)
@@ -207,22 +201,23 @@ build_binary_image() {  # NAME REF BINARY [DEST]: one static binary at DEST (def
     "${BUILDAH[@]}" config --entrypoint "[\"$dest\"]" --user 65534:65534 "$c"
     "${BUILDAH[@]}" commit --quiet "$c" "$ref" >/dev/null
     "${BUILDAH[@]}" rm "$c" >/dev/null
-    export_archive "$ref" "$archive"
+    tidy_storage "$ref"
   fi
-  echo "$name $ref $archive"
+  echo "$name $ref"
 }
 
 image_pause() {
   # The pod sandbox: build/pause/linux/pause.c ships in the k8s.io/kubernetes module.
   local src out="$CACHE_ROOT/tools/pause-$PAUSE_VERSION/pause"
   if [ ! -x "$out" ]; then
-    src=$(cd "$CACHE_ROOT" && go mod download -json "k8s.io/kubernetes@v$K8S_VERSION" \
+    local go; go=$(bash "$ROOT/devcluster/go.sh" | tail -1)
+    src=$(cd "$CACHE_ROOT" && "$go" mod download -json "k8s.io/kubernetes@v$K8S_VERSION" \
           | python3 -c 'import json,sys;print(json.load(sys.stdin)["Dir"])')/build/pause/linux/pause.c
     [ -f "$src" ] || die "pause.c not found in the k8s.io/kubernetes v$K8S_VERSION module ($src)"
     mkdir -p "$(dirname "$out")"
     run_logged "compiling pause.c" "$LOGS/image-pause.log" gcc -Os -static -DVERSION="$PAUSE_VERSION" -o "$out" "$src"
   fi
-  build_binary_image pause "registry.k8s.io/pause:$PAUSE_VERSION" "$out"
+  build_binary_image pause "$PAUSE_VERSION" "$out"
 }
 
 image_from_tool() {  # NAME LINK [DEST]: a single-binary image of a tool build.sh made, tagged by its version
@@ -231,7 +226,7 @@ image_from_tool() {  # NAME LINK [DEST]: a single-binary image of a tool build.s
   binary=$(readlink -f "$bin_dir/$2")
   [ -x "$binary" ] || die "$2 binary missing in $bin_dir: run bash devcluster/build.sh"
   version=$(basename "$(dirname "$binary")"); version=${version##*-}
-  build_binary_image "$name" "localhost/dpjob/$name:$version" "$binary" "${3:-}"
+  build_binary_image "$name" "$version" "$binary" "${3:-}"
 }
 
 # Where the upstream images keep them: the Prometheus Operator runs /bin/prometheus-config-reloader

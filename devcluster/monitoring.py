@@ -132,7 +132,7 @@ def install() -> str:
                           check=False)
     if out.returncode != 0:
         raise RuntimeError(f"the Prometheus Operator did not start: {out.stderr.strip()}")
-    version = "v" + images["prometheus"].rsplit(":", 1)[1].replace("0.3", "3.", 1)
+    version = "v" + images["prometheus"].rsplit(":", 1)[1].rsplit("-", 1)[0].replace("0.3", "3.", 1)
     _apply(prometheus_manifests(upstream, images["prometheus"], version))
 
     def ready() -> bool:

@@ -1,8 +1,9 @@
 """A real node for the local cluster: kubelet + containerd + runc + CNI, kube-proxy and CoreDNS.
 
-Why: rank pods must run as real containers from images built here (devcluster/images.sh), with
-cluster DNS, ``kubectl logs``/``exec``/``port-forward`` and the operator as a Helm-installed pod,
-exactly as on a user's cluster. kwok pools stay for scale tests and GPU/NPU simulation.
+Why: rank pods must run as real containers from images built here (devcluster/images.sh) and
+pulled from the dev cluster's registry (devcluster/registry.py), with cluster DNS, ``kubectl
+logs``/``exec``/``port-forward`` and the operator as a Helm-installed pod, exactly as on a user's
+cluster. kwok pools stay for scale tests and GPU/NPU simulation.
 
 Every part comes from Debian (containerd, runc, CNI plugins, iptables, conntrack) or is built from
 Go modules (kubelet, kube-proxy, CoreDNS: devcluster/build.sh). The settings that this machine
@@ -12,13 +13,16 @@ kind needs, each learnt from a failed pod (shared/reference/real-node.md):
   lower the sandbox's oom_score_adj without it;
 * runc, not crun (crun refuses the hybrid cgroup layout); kubelet ``failCgroupV1: false`` and
   ``cgroupDriver: cgroupfs`` on cgroup v1;
-* the pause image is built here and imported under ``registry.k8s.io/pause``; the extra
-  ``import-*`` names that ``ctr import`` leaves behind are removed (the CRI may resolve to them);
+* the pause image is built here and pulled from the dev registry (containerd's ``sandbox_image``);
+  every image reaches containerd through the CRI's pull, configured by ``hosts.toml`` files
+  (``certs.d``): the dev registry over plain HTTP, and ``ghcr.io`` mirrored to it;
 * the kubelet serves a certificate from the cluster CA and trusts the API server's client
   certificate, so ``kubectl logs`` works; ``clusterDNS`` points at CoreDNS behind a ClusterIP.
 
 containerd keeps its content store under ~/.cache/dpjob/containerd so a multi-GB trainer image is
-imported once per machine, not once per cluster. Standard library only: this runs before the
+pulled once per machine, not once per cluster; a tag that moved in the registry since (``:cpu``
+after a trainer change) is forgotten on the node (``forget``), so the next pod pulls it
+again, as ``imagePullPolicy: Always`` would. Standard library only: this runs before the
 project's virtual environment exists.
 """
 
@@ -41,7 +45,6 @@ TOLERATION = {"key": TAINT["key"], "operator": "Exists", "effect": "NoSchedule"}
 POD_SUBNET = "10.88.0.0/16"
 DNS_SERVICE_IP = "10.96.0.10"
 CLUSTER_DOMAIN = "cluster.local"
-PAUSE_IMAGE = "registry.k8s.io/pause:3.10"
 CONTAINERD, CTR, KUBE_PROXY_CMD = "/usr/bin/containerd", "/usr/bin/ctr", "kube-proxy"
 
 
@@ -69,6 +72,10 @@ class RealNode:
         return self.state / "containerd" / "containerd.sock"
 
     @property
+    def registry_hosts(self) -> Path:
+        return self.state / "containerd" / "certs.d"
+
+    @property
     def bridge(self) -> str:
         return f"dpjob-cni{self.index}"
 
@@ -88,7 +95,7 @@ def labels(node: RealNode) -> dict[str, str]:
 # ------------------------------------------------------------------------------------- configs
 
 
-def containerd_config(node: RealNode) -> str:
+def containerd_config(node: RealNode, pause_image: str) -> str:
     return f"""version = 2
 root = "{node.containerd_root}"
 state = "{node.state / 'containerd' / 'state'}"
@@ -97,12 +104,14 @@ state = "{node.state / 'containerd' / 'state'}"
 [plugins."io.containerd.internal.v1.opt"]
   path = "{node.containerd_root / 'opt'}"
 [plugins."io.containerd.grpc.v1.cri"]
-  sandbox_image = "{PAUSE_IMAGE}"
+  sandbox_image = "{pause_image}"
   restrict_oom_score_adj = true
   enable_unprivileged_ports = true
   [plugins."io.containerd.grpc.v1.cri".cni]
     bin_dir = "/usr/lib/cni"
     conf_dir = "{node.state / 'cni'}"
+  [plugins."io.containerd.grpc.v1.cri".registry]
+    config_path = "{node.registry_hosts}"
   [plugins."io.containerd.grpc.v1.cri".containerd]
     snapshotter = "overlayfs"
     default_runtime_name = "runc"
@@ -238,73 +247,57 @@ def coredns_manifests(image: str, node_selector: dict[str, str]) -> list[dict]:
 # ------------------------------------------------------------------------------------ images
 
 
-@dataclass(frozen=True)
-class Image:
-    name: str
-    ref: str
-    archive: Path
-
-
-def chart_app_version(chart_yaml: Path) -> str:
-    for line in chart_yaml.read_text().splitlines():
-        if line.startswith("appVersion:"):
-            return line.split(":", 1)[1].strip().strip('"')
-    raise ValueError(f"no appVersion in {chart_yaml}")
-
-
-def aliases(repo: Path) -> dict[str, list[str]]:
-    """The public names the examples and the chart's defaults use, pointed at the images built
-    here: `kubectl apply -f examples/quickstart-cpu.yaml` and a plain `helm install` work
-    unchanged on the dev cluster (imagePullPolicy IfNotPresent never pulls them)."""
-    version = chart_app_version(repo / "helm" / "dpjob-operator" / "Chart.yaml")
-    return {"trainer": ["ghcr.io/dpjob/trainer:cpu"], "trainer-mindspore": ["ghcr.io/dpjob/trainer:mindspore-cpu"],
-            "operator": [f"ghcr.io/dpjob/dpjob-operator:{version}"]}
-
-
-def parse_image_lines(text: str) -> dict[str, Image]:
-    """``NAME REF ARCHIVE`` lines, as devcluster/images.sh prints them."""
-    images = {}
-    for line in text.splitlines():
-        parts = line.split()
-        if len(parts) == 3:
-            images[parts[0]] = Image(parts[0], parts[1], Path(parts[2]))
-    return images
-
-
 def ctr(node: RealNode, *args: str, check: bool = True, timeout: float = 900) -> subprocess.CompletedProcess:
     return subprocess.run([CTR, "--address", str(node.socket), "--namespace", "k8s.io", *args],
                           capture_output=True, text=True, check=check, timeout=timeout)
 
 
-def import_images(node: RealNode, images: list[Image], log, alias: dict[str, list[str]] | None = None) -> None:
-    """Import each archive once; containerd's store outlives the cluster (it is under the cache).
-    Then point each alias at its image (``ctr images tag --force``)."""
-    present = set(ctr(node, "images", "ls", "-q").stdout.split())
-    for image in images:
-        if image.ref in present:
-            continue
-        size = image.archive.stat().st_size / 2**20
-        t0 = time.monotonic()
-        log(f"importing {image.ref} into containerd ({size:.0f} MiB, once per machine)")
-        out = ctr(node, "images", "import", "--no-unpack=false", str(image.archive), check=False)
-        if out.returncode != 0:
-            raise SystemExit(f"ctr images import {image.archive} failed: {out.stderr.strip()[-500:]}")
-        log(f"imported {image.ref} in {time.monotonic() - t0:.0f}s")
-    # `ctr import` also names the image import-<date>:<tag>; the CRI may resolve a digest to that
-    # name and then fail to find it (real-node.md trap 4).
-    extra = [n for n in ctr(node, "images", "ls", "-q").stdout.split() if n.startswith("import-")]
-    if extra:
-        ctr(node, "images", "rm", *extra, check=False)
-    for image in images:
-        for name in (alias or {}).get(image.name, []):
-            ctr(node, "images", "tag", "--force", image.ref, name, check=False)
-    # Superseded builds of our own images (content-hash tags): containerd frees their layers.
-    current = {image.ref for image in images}
-    repos = {image.ref.rsplit(":", 1)[0] for image in images if image.ref.startswith("localhost/dpjob/")}
-    stale = [n for n in ctr(node, "images", "ls", "-q").stdout.split()
-             if n.rsplit(":", 1)[0] in repos and n not in current]
-    if stale:
-        ctr(node, "images", "rm", *stale, check=False)
+def image_digests(node: RealNode) -> dict[str, str]:
+    """Every image name containerd holds for the CRI, with the manifest digest it points at."""
+    out = ctr(node, "images", "ls", check=False, timeout=60)
+    digests = {}
+    for line in out.stdout.splitlines()[1:]:
+        fields = line.split()
+        if len(fields) >= 3 and fields[2].startswith("sha256:"):
+            digests[fields[0]] = fields[2]
+    return digests
+
+
+def moved_tags(held: dict[str, str], pushed: dict[str, str], also_as: dict[str, str]) -> list[str]:
+    """The names a node holds whose tag now points at another manifest in the registry.
+
+    ``held``: name -> digest on the node; ``pushed``: reference -> digest the registry now serves;
+    ``also_as``: registry prefix -> the public prefix the node mirrors to it (``localhost:5000/dpjob``
+    -> ``ghcr.io/dpjob``), so the public name of a moved tag is forgotten too."""
+    names = {}
+    for ref, digest in pushed.items():
+        names[ref] = digest
+        for prefix, public in also_as.items():
+            if ref.startswith(prefix + "/"):
+                names[public + ref[len(prefix):]] = digest
+    return [name for name, digest in names.items() if name in held and held[name] != digest]
+
+
+def superseded(held: list[str], current: list[str]) -> list[str]:
+    """Superseded dev builds (``...:dev-<name>-<key>`` of an image ``current`` names with another key)
+    and the names an archive import of an earlier layout of this cache left behind."""
+    def older_build(name: str) -> bool:
+        repo, _, tag = name.rpartition(":")
+        return tag.startswith("dev-") and name not in current and any(
+            c.rpartition(":")[0] == repo and c.rpartition(":")[2].rsplit("-", 1)[0] == tag.rsplit("-", 1)[0]
+            for c in current)
+
+    return [name for name in held if name.startswith(("localhost/dpjob/", "import-")) or older_build(name)]
+
+
+def forget(node: RealNode, pushed: dict[str, str], also_as: dict[str, str], current: list[str]) -> list[str]:
+    """Remove moved tags and superseded builds from the node (``moved_tags``, ``superseded``): the
+    kubelet pulls what is absent; a running container keeps its snapshot; containerd frees the rest."""
+    held = image_digests(node)
+    names = list(dict.fromkeys(moved_tags(held, pushed, also_as) + superseded(list(held), current)))
+    if names:
+        ctr(node, "images", "rm", *names, check=False)
+    return names
 
 
 # ------------------------------------------------------------------------------- cleanup

@@ -23,15 +23,16 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from devcluster import cluster, realnode  # noqa: E402
+from devcluster import cluster, publish, realnode, registry  # noqa: E402
 from devcluster import prometheus as promsupport  # noqa: E402
 
 STATE = cluster.STATE
 KUBECONFIG = cluster.KUBECONFIG
 PIDS, LOGS, RUN = cluster.PIDS, cluster.LOGS, cluster.RUN
-RELEASE, OPERATOR_NAMESPACE = "dpjob-operator", "dpjob-system"
-OPERATOR_DEPLOYMENT = "dpjob-operator"  # the chart's fullname for this release name
-CHART = REPO / "helm" / "dpjob-operator"
+# One install command everywhere (README, docs/install.md, make dev, the tests):
+#   helm install dpjob oci://<registry>/charts/dpjob-operator --version <version> -n dpjob-system
+RELEASE, OPERATOR_NAMESPACE = "dpjob", "dpjob-system"
+OPERATOR_DEPLOYMENT = "dpjob-dpjob-operator"  # the chart's fullname for this release name
 # Rank pods' shared directory on the real node: checkpoints outlive the pods (a PVC on a real
 # cluster) and the tests read the trainers' reports from it.
 SHARED_DIR = Path("/tmp/dpjob")
@@ -92,16 +93,22 @@ def operator_values(image_ref: str, extra: dict | None = None) -> dict:
 
 
 def install_operator(extra_values: dict | None = None, timeout: str = "180s") -> str:
-    """``helm upgrade --install`` the chart with the image built here; waits until the pod is Ready.
+    """``helm upgrade --install`` the chart from the dev registry, with the operator image built
+    here and pushed there; waits until the pod is Ready.
 
-    Returns the image reference. The chart is installed exactly as a user would install it: its
-    ServiceAccount, RBAC, security context and probes are all in play.
+    Returns the image reference. The chart is installed exactly as a user installs it: packaged,
+    pushed to an OCI registry and installed from there, its ServiceAccount, RBAC, security context
+    and probes all in play.
     """
     image = node_images("operator")["operator"]
+    helm_bin = str(STATE / "bin" / "helm")
+    version = publish.source_version()
+    chart = publish.push_chart(registry.DEV_REPOSITORY, helm_bin, version)
     values = RUN / "operator-values.json"
     values.write_text(json.dumps(operator_values(image, extra_values), indent=2))
-    helm = subprocess.run([str(STATE / "bin" / "helm"), "--kubeconfig", str(KUBECONFIG), "upgrade", "--install",
-                           RELEASE, str(CHART), "-n", OPERATOR_NAMESPACE, "--create-namespace", "-f", str(values),
+    helm = subprocess.run([helm_bin, "--kubeconfig", str(KUBECONFIG), "upgrade", "--install",
+                           RELEASE, chart, "--version", version, *publish.helm_plain_http(registry.DEV_REPOSITORY),
+                           "-n", OPERATOR_NAMESPACE, "--create-namespace", "-f", str(values),
                            "--wait", f"--timeout={timeout}"], capture_output=True, text=True)
     if helm.returncode != 0:
         pods = kubectl("-n", OPERATOR_NAMESPACE, "get", "pods", "-o", "wide", check=False).stdout
@@ -302,26 +309,22 @@ def run_on_real_node(job: dict) -> dict:
 
 
 def node_images(*names: str) -> dict[str, str]:
-    """Build (or reuse) these images and make sure every real node has them: name -> reference.
+    """Build (or reuse) these images and push them to the dev registry: name -> reference.
 
-    An image is only usable once the node's containerd has it (pods never pull), so building and
-    importing are one step: a changed input between two tests must not leave a pod in ErrImagePull.
-    """
-    built = cluster.built_images(names)
-    for node in cluster.NODES:
-        realnode.import_images(node, list(built.values()), cluster.log, realnode.aliases(REPO))
-    return {name: image.ref for name, image in built.items()}
+    The reference is the image's immutable ``dev-<name>-<key>`` tag: a pod can never run a build
+    older than this checkout's, and the kubelet pulls it from the registry on first use."""
+    return cluster.built_images(names)
 
 
 def trainer_image() -> str:
-    """The trainer image built from trainer-image/Dockerfile, present on the real node(s)."""
+    """The trainer image built from trainer-image/Dockerfile, in the dev registry."""
     return node_images("trainer")["trainer"]
 
 
 def trainer_mindspore_image() -> str:
-    """The MindSpore trainer image (trainer-image/Dockerfile.mindspore), present on the real node(s)
-    under its own reference and the public name examples/mindspore-cpu.yaml uses. Built on first
-    use only: it is a few GB that no other test needs."""
+    """The MindSpore trainer image (trainer-image/Dockerfile.mindspore), in the dev registry under
+    its own reference and the public name examples/mindspore-cpu.yaml uses. Built on first use
+    only: it is a few GB that no other test needs."""
     return node_images("trainer-mindspore")["trainer-mindspore"]
 
 

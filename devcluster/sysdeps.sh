@@ -8,6 +8,8 @@
 #   node    a real node: containerd, runc, CNI plugins, iptables and conntrack (kube-proxy)
 #   images  OCI images without a Docker daemon: buildah, mmdebstrap (the base root filesystem)
 #   tools   openssl (cluster certificates), iproute2
+#   go      golang-go, only when the machine has no Go at all (devcluster/go.sh fetches the version
+#           the build needs with it)
 #
 # Prints one line per package it installs; fails with one line that names the fix.
 set -euo pipefail
@@ -16,6 +18,7 @@ declare -A GROUPS_PKGS=(
   [node]="containerd runc containernetworking-plugins iptables conntrack"
   [images]="buildah mmdebstrap"
   [tools]="openssl iproute2"
+  [go]="golang-go"
 )
 
 # Everything at once, for the messages below (and for a machine set up by hand):

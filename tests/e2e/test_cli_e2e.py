@@ -68,7 +68,7 @@ for i in range(600):
 def real_node_with_trainer_image(cluster):
     if not devcluster.NODES:
         pytest.fail("the cluster has no real node (DPJOB_REAL_NODES=0): unset it and run `make cluster-down test`")
-    stack.trainer_image()  # built and imported under the default name ghcr.io/dpjob/trainer:cpu
+    stack.trainer_image()  # built and pushed; the node pulls the default ghcr.io/dpjob/trainer:cpu through its mirror
 
 
 def env() -> dict[str, str]:

@@ -141,7 +141,7 @@ def test_chaos_label_fails_a_running_pod_on_demand(core, namespace):
     assert term.exit_code == 7
 
 
-def test_the_real_node_is_ready_tainted_and_runs_a_container_from_an_image_built_here(core, namespace):
+def test_the_real_node_is_ready_tainted_and_runs_a_container_pulled_from_the_dev_registry(core, namespace):
     """kubelet + containerd: a pod scheduled there really runs, and `kubectl logs` reads its output."""
     from devcluster import cluster as devcluster
     from devcluster import realnode
@@ -153,7 +153,8 @@ def test_the_real_node_is_ready_tainted_and_runs_a_container_from_an_image_built
     assert {(t.key, t.effect) for t in node.spec.taints} == {(realnode.TAINT["key"], "NoSchedule")}
     assert node.status.node_info.container_runtime_version.startswith("containerd://")
     assert node.status.node_info.kubelet_version == "v1.36.3"
-    image = devcluster.built_images(("operator",))["operator"].ref
+    image = devcluster.built_images(("operator",))["operator"]
+    assert image.startswith("localhost:5000/dpjob/dpjob-operator:dev-operator-"), image  # pulled from the registry
     pod = client.V1Pod(
         metadata=client.V1ObjectMeta(name="hello"),
         spec=client.V1PodSpec(

@@ -1,5 +1,5 @@
 """devcluster/realnode.py's pure parts: the settings without which a pod fails on this machine kind
-(each one cost a failed pod once; shared/reference/real-node.md), and image bookkeeping."""
+(each one cost a failed pod once), and how a node reaches the dev registry."""
 
 from __future__ import annotations
 
@@ -19,11 +19,12 @@ NODES = [realnode.RealNode(i, Path(f"/state/node-{i}")) for i in range(2)]
 @pytest.mark.parametrize("setting", [
     "restrict_oom_score_adj = true",             # root lacks CAP_SYS_RESOURCE: runc cannot lower oom_score_adj
     'runtime_type = "io.containerd.runc.v2"',    # crun refuses the hybrid cgroup layout
-    f'sandbox_image = "{realnode.PAUSE_IMAGE}"',  # the pause image built here, never pulled
+    'sandbox_image = "localhost:5000/dpjob/pause:3.10-abc"',  # the pause image built here, from the registry
     'bin_dir = "/usr/lib/cni"',                  # Debian's containernetworking-plugins
+    'config_path = "/state/node-0/containerd/certs.d"',  # hosts.toml: the dev registry and its mirrors
 ])
 def test_containerd_config_carries_the_settings_this_machine_needs(setting):
-    assert setting in realnode.containerd_config(NODES[0])
+    assert setting in realnode.containerd_config(NODES[0], "localhost:5000/dpjob/pause:3.10-abc")
 
 
 def test_kubelet_config_runs_on_cgroup_v1_and_points_at_cluster_dns():
@@ -53,17 +54,31 @@ def test_coredns_serves_cluster_local_on_the_kube_dns_service_ip_as_non_root():
     assert pod["securityContext"]["runAsNonRoot"] and realnode.TOLERATION in pod["tolerations"]
 
 
-def test_image_lines_and_aliases():
-    images = realnode.parse_image_lines("trainer localhost/dpjob/trainer:dev-abc /c/trainer-abc.tar\n[images] noise\n")
-    assert images["trainer"].ref == "localhost/dpjob/trainer:dev-abc"
-    assert images["trainer"].archive == Path("/c/trainer-abc.tar")
-    aliases = realnode.aliases(REPO)
-    example = (REPO / "examples" / "quickstart-cpu.yaml").read_text()
-    assert any(a in example for a in aliases["trainer"]), "the quickstart's image would not resolve on the dev node"
-    ms_example = (REPO / "examples" / "mindspore-cpu.yaml").read_text()
-    assert any(a in ms_example for a in aliases["trainer-mindspore"]), "mindspore-cpu's image would not resolve"
-    assert aliases["operator"] == [f"ghcr.io/dpjob/dpjob-operator:"
-                                   f"{realnode.chart_app_version(REPO / 'helm/dpjob-operator/Chart.yaml')}"]
+HELD = {"localhost:5000/dpjob/trainer:cpu": "sha256:old", "ghcr.io/dpjob/trainer:cpu": "sha256:old",
+        "ghcr.io/dpjob/trainer:cuda": "sha256:new", "localhost:5000/dpjob/trainer:dev-trainer-aaaaaaaaaaaa": "sha256:a",
+        "localhost:5000/dpjob/trainer:dev-trainer-mindspore-bbbbbbbbbbbb": "sha256:b",
+        "localhost/dpjob/trainer:dev-cccccccccccc": "sha256:c", "import-2026-11-27:x": "sha256:c"}
+
+
+@pytest.mark.parametrize(("pushed", "moved"), [
+    # the trainer changed: :cpu moved, under the registry's name and the mirrored public one
+    ({"localhost:5000/dpjob/trainer:cpu": "sha256:new"},
+     ["localhost:5000/dpjob/trainer:cpu", "ghcr.io/dpjob/trainer:cpu"]),
+    # pushed again unchanged: nothing to pull again
+    ({"localhost:5000/dpjob/trainer:cuda": "sha256:new"}, []),
+    # a tag the node never pulled: nothing to forget
+    ({"localhost:5000/dpjob/dpjob-operator:0.1.0": "sha256:x"}, []),
+])
+def test_a_tag_that_moved_in_the_registry_is_forgotten_so_the_next_pod_pulls_it(pushed, moved):
+    assert realnode.moved_tags(HELD, pushed, {"localhost:5000/dpjob": "ghcr.io/dpjob"}) == moved
+
+
+def test_superseded_dev_builds_and_imported_names_are_removed_but_not_another_images_builds():
+    current = ["localhost:5000/dpjob/trainer:dev-trainer-dddddddddddd"]
+    assert realnode.superseded(list(HELD), current) == [
+        "localhost:5000/dpjob/trainer:dev-trainer-aaaaaaaaaaaa",  # the trainer's older build
+        "localhost/dpjob/trainer:dev-cccccccccccc", "import-2026-11-27:x"]  # an archive import's names
+    # the MindSpore build in the same repository is another image: kept
 
 
 def test_cluster_prometheus_relabels_trainer_pods_like_the_charts_pod_monitor():
