@@ -117,7 +117,7 @@ def status(session: Session, job: str, output: str) -> int:
 
 @click.command(short_help="Everything about a job: conditions, restarts, last failure, events.")
 @JOB
-@click.option("-o", "--output", type=click.Choice(FORMATS), default="table", show_default=True)
+@OUTPUT
 @connection_options
 @click.pass_obj
 def describe(session: Session, job: str, output: str) -> int:

@@ -65,7 +65,9 @@ def _details(view: dict[str, Any]) -> list[str]:
 def render_describe(view: dict[str, Any]) -> str:
     """The summary, the details above, the conditions and ranks, then the events."""
     events = view.get("events") or []
-    tail = ["", "Events:", *("  " + x for x in table(events, [("type", "type"), ("reason", "reason"), ("age", "age"),
-                                                              ("from", "from"), ("message", "message")]).splitlines())
-            ] if events else ["", "Events: <none>"]
+    columns = [("type", "type"), ("reason", "reason"), ("age", "age"), ("from", "from"), ("message", "message")]
+    if events:
+        tail = ["", "Events:", *("  " + x for x in table(events, columns).splitlines())]
+    else:
+        tail = ["", f"Events: <{'cannot list them: ' + view['eventsError'] if view.get('eventsError') else 'none'}>"]
     return "\n".join(summary_lines(view) + _details(view) + condition_and_rank_tables(view, wide=True) + tail)

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from dpjob_cli.describe import event_rows
-from dpjob_cli.errors import JobFailedError
+from dpjob_cli.errors import CliError, JobFailedError
 from dpjob_cli.explain import explain_file
 from dpjob_cli.kube import Kube
 from dpjob_cli.logs import LogFollower, job_selector, read_logs
@@ -50,13 +50,18 @@ class JobHandle:
         return status_view(job, self.kube.list_pods(self.namespace, job_selector(self.name)))
 
     def describe(self) -> dict[str, Any]:
-        """``status()`` plus the job's events, oldest first (what ``kubectl describe dpj`` lists)."""
+        """``status()`` plus restarts by cause, the last stall, avoided nodes and the job's events,
+        oldest first (what ``kubectl describe dpj`` lists). Events the user may not list are left
+        out, with the reason in ``eventsError``."""
         job = self.get()
-        view = status_view(job, self.kube.list_pods(self.namespace, job_selector(self.name)))
-        view["lastStall"] = (job.get("status") or {}).get("lastStall")
-        view["restartsByReason"] = (job.get("status") or {}).get("restartsByReason") or {}
-        view["avoidNodes"] = (job.get("status") or {}).get("avoidNodes")
-        view["events"] = event_rows(self.kube.list_events(self.namespace, job["metadata"].get("uid", "")))
+        status = job.get("status") or {}
+        view = {**status_view(job, self.kube.list_pods(self.namespace, job_selector(self.name))),
+                "restartsByReason": status.get("restartsByReason") or {}, "lastStall": status.get("lastStall"),
+                "avoidNodes": status.get("avoidNodes"), "events": []}
+        try:
+            view["events"] = event_rows(self.kube.list_events(self.namespace, job["metadata"].get("uid", "")))
+        except CliError as exc:
+            view["eventsError"] = exc.message
         return view
 
     def wait(self, timeout: float | None = None, poll: float = 2.0, raise_on_failure: bool = False,

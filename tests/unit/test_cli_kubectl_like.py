@@ -10,8 +10,10 @@ from typing import Any, ClassVar
 import pytest
 import yaml
 
-from dpjob_cli.describe import event_rows
+from dpjob_cli.describe import event_rows, render_describe
+from dpjob_cli.errors import CliError, ExitCode
 from dpjob_cli.main import main
+from dpjob_cli.sdk import JobHandle
 from dpjob_cli.status import list_row, status_view
 from tests.support.paths import REPO
 
@@ -200,3 +202,36 @@ def test_cli_reference_documents_every_command_and_flag():
                if f"`{opt}" not in text and f", {opt}" not in text and opt != "--help"]
     missing += [name for name in group.commands if f"dpjob {name}" not in text]
     assert not missing, f"docs/cli.md does not mention: {missing}"
+
+
+class FakeKube:
+    """The three reads `JobHandle.describe` makes; ``events`` None: listing events is forbidden."""
+
+    def __init__(self, events: list[dict[str, Any]] | None) -> None:
+        self.events = events
+        self.asked: list[tuple[str, str]] = []
+
+    def get_job(self, namespace: str, name: str) -> dict[str, Any]:
+        return RUNNING
+
+    def list_pods(self, namespace: str, selector: str) -> list[dict[str, Any]]:
+        return []
+
+    def list_events(self, namespace: str, uid: str) -> list[dict[str, Any]]:
+        self.asked.append((namespace, uid))
+        if self.events is None:
+            raise CliError(ExitCode.API_ERROR, "forbidden: events is forbidden")
+        return self.events
+
+
+@pytest.mark.parametrize("events, shown", [
+    (EVENTS, "  Normal   Created"),
+    ([], "Events: <none>"),
+    (None, "Events: <cannot list them: forbidden: events is forbidden>"),
+])
+def test_describe_reads_the_events_of_this_job_and_survives_not_being_allowed_to(events, shown):
+    kube = FakeKube(events)
+    view = JobHandle(kube, "team-a", "train").describe()  # type: ignore[arg-type]
+    assert kube.asked == [("team-a", "u1")]  # by uid: a previous job of the same name has other events
+    assert view["restartsByReason"] == {"RankFailed": 1}
+    assert shown in render_describe(view)
