@@ -130,3 +130,24 @@ def documented(field: tuple[str, ...]) -> bool:
 @pytest.mark.parametrize("field", crd_fields(), ids=".".join)
 def test_every_crd_field_is_in_the_api_reference(field):
     assert documented(field), f"{'.'.join(field)} is in {name(CRD)} but not in the {field[0]} table of docs/api.md"
+
+
+def troubleshooting_reasons() -> list[str]:
+    """The operator's reasons a user meets when a job waits, fails or stalls, by their constants, and
+    the kubelet's reasons the Waiting condition groups: renaming one must update the page."""
+    from dpjob_operator.reconcile import reasons as r
+    from dpjob_operator.reconcile.waiting import CONFIG_REASONS, IMAGE_REASONS
+
+    return sorted({r.WAITING, r.SUSPENDED, r.STALLED, r.IMAGE_PULL_ERROR, r.CONTAINER_CONFIG_ERROR, r.UNSCHEDULABLE,
+                   r.GANG_UNSCHEDULABLE, r.STARTING, r.PODS_SCHEDULED, r.POOL_AVAILABLE, r.POOL_NOT_CONFIGURED,
+                   r.FAILED_CREATE_POD, r.ENVIRONMENT_WRITE_FAILED, r.RANK_TABLE_WRITE_FAILED, r.RANK_FAILED,
+                   r.BACKOFF_LIMIT_EXCEEDED, r.PERMANENT_ERROR, r.STARTUP_TIMEOUT, r.PROGRESSING, r.STRAGGLER,
+                   r.STUCK_TERMINATING, r.NODE_NOT_READY, r.POD_STUCK_TERMINATING, r.INVALID_SPEC,
+                   *IMAGE_REASONS, *CONFIG_REASONS})
+
+
+@pytest.mark.parametrize("reason", troubleshooting_reasons())
+def test_troubleshooting_names_the_reasons_the_operator_writes(reason):
+    """In a code span, alone or as in `PodsScheduled=False/GangUnschedulable`."""
+    text = (REPO / "docs" / "troubleshooting.md").read_text()
+    assert re.search(rf"`[^`\n]*\b{reason}\b[^`\n]*`", text), f"docs/troubleshooting.md does not name `{reason}`"
