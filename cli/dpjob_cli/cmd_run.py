@@ -1,4 +1,9 @@
-"""``dpjob run SCRIPT [ARGS]...``: from a script on a laptop to a running job, its logs and its result."""
+"""``dpjob run SCRIPT [-- ARGS]``: from a script on a laptop to a running job, its logs and its result.
+
+dpjob's own options are dpjob's wherever they stand (``dpjob run train.py -n team-a`` creates the job
+in team-a, as kubectl would); everything after a bare ``--`` goes to the script, and so do options
+dpjob does not know.
+"""
 
 from __future__ import annotations
 
@@ -9,6 +14,7 @@ import click
 
 from dpjob_cli.errors import CliError, ExitCode
 from dpjob_cli.manifest import DEFAULT_IMAGES, RunOptions
+from dpjob_cli.options import connection_options
 from dpjob_cli.output import dump_documents
 from dpjob_cli.run import plan_run, submit
 from dpjob_cli.sdk import JobHandle
@@ -66,7 +72,7 @@ def follow_to_end(handle: JobHandle, follow: bool, timeout: float | None) -> int
 @click.command(context_settings={"ignore_unknown_options": True},
                short_help="Run a script on every rank; follow it to its result.")
 @click.argument("script", metavar="SCRIPT")
-@click.argument("args", nargs=-1, type=click.UNPROCESSED, metavar="[ARGS]...")
+@click.argument("args", nargs=-1, type=click.UNPROCESSED, metavar="[-- ARGS...]")
 @click.option("-r", "--replicas", type=click.IntRange(1, 10000), default=1, show_default=True, help="Rank pods.")
 @click.option("-p", "--procs", type=click.IntRange(1, 128), default=1, show_default=True,
               help="Processes per pod; more than 1 launches the script with torchrun (msrun, oneflow's launcher).")
@@ -92,12 +98,14 @@ def follow_to_end(handle: JobHandle, follow: bool, timeout: float | None) -> int
 @click.option("--dry-run", is_flag=True, help="Print the DataParallelJob and ConfigMap; create nothing.")
 @click.option("-o", "--output", type=click.Choice(["yaml", "json"]), default="yaml", show_default=True,
               help="Format of --dry-run.")
+@connection_options
 @click.pass_obj
 def run(session: Session, /, script: str, args: tuple[str, ...], directory: Path | None, requirements: Path | None,
         follow: bool, wait_: bool, timeout: float | None, dry_run: bool, output: str, **flags: Any) -> int:
     """Run SCRIPT on every rank of a new job (the script travels in a ConfigMap the job owns).
 
-    Options dpjob does not know are passed to SCRIPT, and so is everything after a bare `--`.
+    Everything after a bare `--` is passed to SCRIPT (`dpjob run train.py -n team-a -- --epochs 3`),
+    and so are options dpjob does not know; dpjob's own options are dpjob's wherever they stand.
     With one process per pod the script runs as `python SCRIPT ARGS` (RANK, WORLD_SIZE and MASTER_*
     come from the operator); with --procs N > 1 as `torchrun SCRIPT ARGS`.
     """

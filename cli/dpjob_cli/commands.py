@@ -1,4 +1,4 @@
-"""The commands on existing jobs and files: explain, logs, status, list, delete, wait.
+"""The commands on existing jobs and files: explain, logs, status, describe, list, delete, wait.
 
 Each is a thin layer over the SDK (``sdk.Client`` / ``sdk.JobHandle``) plus ``output`` for the
 format, so the Python API and the CLI cannot disagree.
@@ -12,24 +12,25 @@ import click
 from click.shell_completion import CompletionItem
 
 from dpjob_cli.cmd_run import follow_to_end, interrupted
+from dpjob_cli.describe import render_describe
 from dpjob_cli.errors import CliError, ExitCode
 from dpjob_cli.explain import explain_file
 from dpjob_cli.explain_render import render_explanation
+from dpjob_cli.options import GET_OUTPUT, TIMEOUT, connection_options, connection_value
 from dpjob_cli.output import FORMATS, dump, render, table
 from dpjob_cli.sdk import Client
 from dpjob_cli.session import Session
-from dpjob_cli.status import render_status
+from dpjob_cli.status import COLUMNS, WIDE, render_status
 
 OUTPUT = click.option("-o", "--output", type=click.Choice(FORMATS), default="table", show_default=True)
-TIMEOUT = click.option("--timeout", type=click.FloatRange(min=0, min_open=True), metavar="SECONDS",
-                       help="Give up after this long (exit 8; the job keeps running).")
+RESOURCE = "dataparalleljob.dpjob.io"
 
 
 def complete_jobs(ctx: click.Context, _param: click.Parameter, incomplete: str) -> list[CompletionItem]:
     """Shell completion of JOB: the jobs of the namespace the command line names (silent without a cluster)."""
-    params = ctx.find_root().params
     try:
-        rows = Client(params.get("namespace"), params.get("kubeconfig"), params.get("context")).list_jobs()
+        rows = Client(connection_value(ctx, "namespace"), connection_value(ctx, "kubeconfig"),
+                      connection_value(ctx, "context")).list_jobs()
     except CliError:
         return []
     return [CompletionItem(r["name"]) for r in rows if str(r["name"]).startswith(incomplete)]
@@ -52,6 +53,7 @@ def _files(paths: tuple[Path, ...]) -> list[Path]:
 @click.option("--offline", is_flag=True, help="No cluster: skip the server dry run and the capacity check.")
 @click.option("--all-ranks", is_flag=True, help="Show every rank, not just 0, 1 and the last.")
 @OUTPUT
+@connection_options
 @click.pass_obj
 def explain(session: Session, paths: tuple[Path, ...], offline: bool, all_ranks: bool, output: str) -> int:
     """Validate a job on the server (dry run) and show what the operator would create. Creates nothing.
@@ -82,6 +84,7 @@ def explain(session: Session, paths: tuple[Path, ...], offline: bool, all_ranks:
 @click.option("--all", "all_ranks", is_flag=True, help="Every rank, each line prefixed [rank N].")
 @click.option("-f", "--follow", is_flag=True, help="Stream until the job ends, across gang restarts.")
 @TIMEOUT
+@connection_options
 @click.pass_obj
 def logs(session: Session, job: str, rank: int | None, all_ranks: bool, follow: bool, timeout: float | None) -> int:
     """Print the trainer logs of a job's ranks."""
@@ -96,50 +99,74 @@ def logs(session: Session, job: str, rank: int | None, all_ranks: bool, follow: 
     return int(ExitCode.OK)
 
 
-@click.command(short_help="Phase, conditions, per-rank table, progress.")
+@click.command(short_help="Phase, progress, conditions, per-rank table.")
 @JOB
-@OUTPUT
+@GET_OUTPUT
+@connection_options
 @click.pass_obj
 def status(session: Session, job: str, output: str) -> int:
-    """Phase, conditions, restarts, a per-rank table and training progress when the log has it."""
-    click.echo(render(session.client().job(job).status(), output, render_status))
+    """Phase, restarts, progress (status.progress), the last failure, conditions and a per-rank table."""
+    view = session.client().job(job).status()
+    if output == "name":
+        click.echo(f"{RESOURCE}/{view['name']}")
+    else:
+        click.echo(render(view, "table" if output == "wide" else output,
+                          lambda data: render_status(data, wide=output == "wide")))
+    return int(ExitCode.OK)
+
+
+@click.command(short_help="Everything about a job: conditions, restarts, last failure, events.")
+@JOB
+@OUTPUT
+@connection_options
+@click.pass_obj
+def describe(session: Session, job: str, output: str) -> int:
+    """Like `kubectl describe dpj`: the summary, progress, restarts by cause, the last failure with
+    its message, the last stall, avoided nodes, conditions, one row per rank and the job's events."""
+    click.echo(render(session.client().job(job).describe(), output, render_describe))
     return int(ExitCode.OK)
 
 
 @click.command("list")
 @click.option("-A", "--all-namespaces", is_flag=True, help="Jobs of every namespace.")
-@OUTPUT
+@click.option("-l", "--selector", metavar="SELECTOR", help="Label selector, e.g. team=a,tier!=test (as kubectl's).")
+@GET_OUTPUT
+@connection_options
 @click.pass_obj
-def list_jobs(session: Session, all_namespaces: bool, output: str) -> int:
-    """List jobs (the columns of `kubectl get dpj`)."""
-    rows = session.client().list_jobs(all_namespaces)
-    columns = [("name", "name"), ("phase", "phase"), ("ready", "ready"), ("world", "world"),
-               ("accelerator", "accelerator"), ("restarts", "restarts"), ("age", "age")]
+def list_jobs(session: Session, all_namespaces: bool, selector: str | None, output: str) -> int:
+    """List jobs with the columns of `kubectl get dpj` (-o wide: reason, loss, samples/s)."""
+    rows = session.client().list_jobs(all_namespaces, selector)
+    if output == "name":
+        click.echo("\n".join(f"{RESOURCE}/{row['name']}" for row in rows))
+        return int(ExitCode.OK)
+    columns = [*COLUMNS, *(WIDE if output == "wide" else [])]
     if all_namespaces:
         columns.insert(0, ("namespace", "namespace"))
-    if output == "table" and not rows:
-        click.echo(f"No DataParallelJobs{'' if all_namespaces else ' in namespace ' + session.client().namespace}.",
-                   err=True)
+    if output in ("table", "wide") and not rows:
+        where = "" if all_namespaces else " in namespace " + session.client().namespace
+        click.echo(f"No DataParallelJobs{where}{' matching ' + selector if selector else ''}.", err=True)
         return int(ExitCode.OK)
-    click.echo(render(rows, output, lambda data: table(data, columns)))
+    click.echo(render(rows, "table" if output == "wide" else output, lambda data: table(data, columns)))
     return int(ExitCode.OK)
 
 
 @click.command(short_help="Delete jobs and everything they own.")
 @click.argument("jobs", nargs=-1, required=True, shell_complete=complete_jobs)
+@connection_options
 @click.pass_obj
 def delete(session: Session, jobs: tuple[str, ...]) -> int:
     """Delete jobs; their pods, Service and ConfigMaps (the packed script too) go with them."""
     client = session.client()
     for name in jobs:
         client.job(name).delete()
-        click.echo(f"dataparalleljob.dpjob.io/{name} deleted")
+        click.echo(f"{RESOURCE}/{name} deleted")
     return int(ExitCode.OK)
 
 
 @click.command(short_help="Wait for a job: exit 0 Succeeded, 1 Failed.")
 @JOB
 @TIMEOUT
+@connection_options
 @click.pass_obj
 def wait(session: Session, job: str, timeout: float | None) -> int:
     """Wait for a job to finish; exit 0 if it Succeeded, 1 with the failure summary if it Failed."""

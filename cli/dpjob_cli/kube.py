@@ -100,13 +100,15 @@ class Kube:
                                             PLURAL, name)
         return result
 
-    def list_jobs(self, namespace: str | None) -> list[dict[str, Any]]:
-        """Jobs of one namespace, or of every namespace when ``namespace`` is None."""
+    def list_jobs(self, namespace: str | None, selector: str | None = None) -> list[dict[str, Any]]:
+        """Jobs of one namespace, or of every namespace when ``namespace`` is None; ``selector``: labels."""
         target = self._target(KIND, None, namespace)
+        extra = {"label_selector": selector} if selector else {}
         if namespace is None:
-            data = self._json(target, self.custom.list_cluster_custom_object, GROUP, VERSION, PLURAL)
+            data = self._json(target, self.custom.list_cluster_custom_object, GROUP, VERSION, PLURAL, **extra)
         else:
-            data = self._json(target, self.custom.list_namespaced_custom_object, GROUP, VERSION, namespace, PLURAL)
+            data = self._json(target, self.custom.list_namespaced_custom_object, GROUP, VERSION, namespace, PLURAL,
+                              **extra)
         return list(data.get("items") or [])
 
     def delete_job(self, namespace: str, name: str) -> None:
@@ -124,6 +126,12 @@ class Kube:
     def list_pods(self, namespace: str, selector: str) -> list[dict[str, Any]]:
         data = self._json(self._target("pod", None, namespace), self.core.list_namespaced_pod, namespace,
                           label_selector=selector)
+        return list(data.get("items") or [])
+
+    def list_events(self, namespace: str, uid: str) -> list[dict[str, Any]]:
+        """The core/v1 Events about the job with this uid (a previous job of the same name has another)."""
+        data = self._json(self._target("event", None, namespace), self.core.list_namespaced_event, namespace,
+                          field_selector=f"involvedObject.kind={KIND},involvedObject.uid={uid}")
         return list(data.get("items") or [])
 
     def list_active_pods(self) -> list[dict[str, Any]]:

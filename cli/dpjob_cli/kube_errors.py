@@ -14,8 +14,8 @@ from typing import Any
 from dpjob_cli.errors import CliError, ExitCode
 
 _OBJECT_VALUE = re.compile(r'^Invalid value: "object": ')
-CRD_HINT = ("install it with `helm install dpjob helm/dpjob-operator` "
-            "(or `kubectl apply --server-side -f crds/`)")
+CRD_HINT = ("install it with `helm install dpjob oci://ghcr.io/dpjob/charts/dpjob-operator -n dpjob-system "
+            "--create-namespace` (docs/install.md; or `kubectl apply --server-side -f crds/`)")
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,7 @@ from pathlib import Path
 import click
 
 from dpjob_cli.cmd_run import run
-from dpjob_cli.commands import delete, explain, list_jobs, logs, status, wait
+from dpjob_cli.commands import delete, describe, explain, list_jobs, logs, status, wait
 from dpjob_cli.errors import CliError, ExitCode
 from dpjob_cli.session import Session
 
@@ -43,12 +43,14 @@ def cli(ctx: click.Context, kubeconfig: str | None, context: str | None, namespa
     dpjob run train.py --replicas 2 --follow     pack, submit, stream every rank, exit with the result
     dpjob explain -f job.yaml                    validate and show the pods, env, rank table, fit
     dpjob logs JOB [--rank N | --all] [-f]       rank logs, merged with [rank N] prefixes
-    dpjob status JOB | list | delete JOB | wait JOB
+    dpjob status JOB | describe JOB | list [-l SELECTOR] | delete JOB | wait JOB
+
+    -n/--namespace, --context and --kubeconfig work before the command and after it.
     """
     ctx.obj = Session(kubeconfig=kubeconfig, context=context, namespace=namespace)
 
 
-for command in (run, explain, logs, status, list_jobs, delete, wait):
+for command in (run, explain, logs, status, describe, list_jobs, delete, wait):
     cli.add_command(command)
 
 

@@ -6,6 +6,7 @@
         print(line)
     job.wait()            # "Succeeded" or "Failed"; raise_on_failure=True raises JobFailedError
     job.status()["ranks"]
+    job.describe()["events"]
     job.delete()
 
 Errors are ``dpjob_cli.errors.CliError`` (with ``.code`` and a one-line ``.message``).
@@ -17,16 +18,14 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+from dpjob_cli.describe import event_rows
 from dpjob_cli.errors import CliError, JobFailedError
 from dpjob_cli.explain import explain_file
 from dpjob_cli.kube import Kube
-from dpjob_cli.logs import LogFollower, job_selector, read_logs, select_pods
+from dpjob_cli.logs import LogFollower, job_selector, read_logs
 from dpjob_cli.manifest import RunOptions
 from dpjob_cli.run import PhaseWatch, plan_run, submit
-from dpjob_cli.status import failure_summary, list_row, parse_progress, status_view
-from dpjob_operator.api import constants as c
-
-PROGRESS_TAIL = 50  # log lines of rank 0 searched for the last "step" event
+from dpjob_cli.status import failure_summary, list_row, status_view
 
 
 class JobHandle:
@@ -45,22 +44,25 @@ class JobHandle:
     def phase(self) -> str:
         return str((self.get().get("status") or {}).get("phase", "Pending"))
 
-    def _progress(self, pods: list[dict[str, Any]]) -> dict[str, Any] | None:
-        rank0 = select_pods(pods, {0})
-        if not rank0:
-            return None
-        try:
-            text = self.kube.read_log(self.namespace, rank0[0]["metadata"]["name"], c.TRAINER_CONTAINER,
-                                      tail=PROGRESS_TAIL)
-        except CliError:
-            return None  # not started, or already gone: progress is optional
-        return parse_progress(text)
-
     def status(self) -> dict[str, Any]:
-        """Phase, conditions, restarts, the per-rank table and, when the log has it, training progress."""
+        """Phase, conditions, restarts, the per-rank table and ``status.progress`` (rank 0's last report)."""
         job = self.get()
-        pods = self.kube.list_pods(self.namespace, job_selector(self.name))
-        return status_view(job, pods, self._progress(pods))
+        return status_view(job, self.kube.list_pods(self.namespace, job_selector(self.name)))
+
+    def describe(self) -> dict[str, Any]:
+        """``status()`` plus restarts by cause, the last stall, avoided nodes and the job's events,
+        oldest first (what ``kubectl describe dpj`` lists). Events the user may not list are left
+        out, with the reason in ``eventsError``."""
+        job = self.get()
+        status = job.get("status") or {}
+        view = {**status_view(job, self.kube.list_pods(self.namespace, job_selector(self.name))),
+                "restartsByReason": status.get("restartsByReason") or {}, "lastStall": status.get("lastStall"),
+                "avoidNodes": status.get("avoidNodes"), "events": []}
+        try:
+            view["events"] = event_rows(self.kube.list_events(self.namespace, job["metadata"].get("uid", "")))
+        except CliError as exc:
+            view["eventsError"] = exc.message
+        return view
 
     def wait(self, timeout: float | None = None, poll: float = 2.0, raise_on_failure: bool = False,
              on_change: Callable[[dict[str, Any]], None] | None = None) -> str:
@@ -120,9 +122,9 @@ class Client:
         handle.get()
         return handle
 
-    def list_jobs(self, all_namespaces: bool = False) -> list[dict[str, Any]]:
-        """``kubectl get dpj`` as data: one row per job."""
-        jobs = self.kube.list_jobs(None if all_namespaces else self.namespace)
+    def list_jobs(self, all_namespaces: bool = False, selector: str | None = None) -> list[dict[str, Any]]:
+        """``kubectl get dpj [-l SELECTOR]`` as data: one row per job."""
+        jobs = self.kube.list_jobs(None if all_namespaces else self.namespace, selector)
         return [list_row(j) for j in sorted(jobs, key=lambda j: (j["metadata"].get("namespace", ""),
                                                                   j["metadata"]["name"]))]
 

@@ -1,13 +1,13 @@
-"""Pure: a job's object and its rank pods -> what ``dpjob status`` and ``dpjob list`` show.
+"""Pure: a job's object and its rank pods -> what ``dpjob status``, ``list`` and ``describe`` show.
 
-The operator already writes the truth into ``status`` (phase, conditions, lastFailure); this module
-only arranges it, adds the per-rank view from the pods, and reads training progress from the
-trainer's JSON ``step`` lines when the log has them.
+The operator already writes the truth into ``status`` (phase, conditions, lastFailure, and
+``progress`` from rank 0's metrics); this module only arranges it and adds the per-rank view from
+the pods. ``list`` shows the columns of ``kubectl get dpj`` (the CRD's printer columns), so the
+two never disagree.
 """
 
 from __future__ import annotations
 
-import json
 from datetime import UTC, datetime
 from typing import Any
 
@@ -53,21 +53,6 @@ def rank_rows(pods: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return rows
 
 
-def parse_progress(log_text: str) -> dict[str, Any] | None:
-    """The last ``{"event": "step", ...}`` line of a trainer log: step, epoch, loss; None without one."""
-    for line in reversed(log_text.splitlines()):
-        line = line.strip()
-        if not line.startswith("{"):
-            continue
-        try:
-            event = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(event, dict) and event.get("event") == "step":
-            return {k: event[k] for k in ("step", "epoch", "loss") if k in event}
-    return None
-
-
 def failure_summary(job: dict[str, Any]) -> str:
     """Why a job failed, naming the failing rank when the operator recorded one."""
     status = job.get("status") or {}
@@ -83,7 +68,7 @@ def failure_summary(job: dict[str, Any]) -> str:
     return "; ".join(parts) or str(status.get("reason") or "no reason recorded")
 
 
-def status_view(job: dict[str, Any], pods: list[dict[str, Any]], progress: dict[str, Any] | None) -> dict[str, Any]:
+def status_view(job: dict[str, Any], pods: list[dict[str, Any]]) -> dict[str, Any]:
     """Everything ``dpjob status`` prints, as data (the shape of ``-o json``)."""
     meta, spec, status = job["metadata"], job.get("spec") or {}, job.get("status") or {}
     view: dict[str, Any] = {
@@ -99,8 +84,8 @@ def status_view(job: dict[str, Any], pods: list[dict[str, Any]], progress: dict[
                        for cond in status.get("conditions") or []],
         "ranks": rank_rows(pods),
     }
-    if progress:
-        view["progress"] = progress
+    if status.get("progress"):
+        view["progress"] = status["progress"]
     return view
 
 
@@ -117,39 +102,73 @@ def age(timestamp: str | None, now: datetime | None = None) -> str:
 
 
 def list_row(job: dict[str, Any], now: datetime | None = None) -> dict[str, Any]:
-    """The columns of ``kubectl get dpj``, plus the namespace."""
+    """The columns of ``kubectl get dpj`` (``-o wide``: reason, loss, samples/s), plus the namespace."""
     meta, spec, status = job["metadata"], job.get("spec") or {}, job.get("status") or {}
+    progress = status.get("progress") or {}
     return {"namespace": meta.get("namespace"), "name": meta["name"], "phase": status.get("phase", "Pending"),
             "ready": status.get("ready", "-"), "world": status.get("worldSize", "-"),
             "accelerator": spec.get("accelerator", "cpu"), "restarts": status.get("restarts", 0),
-            "age": age(meta.get("creationTimestamp"), now)}
+            "progress": progress.get("summary"), "eta": progress.get("remaining"),
+            "age": age(meta.get("creationTimestamp"), now), "reason": status.get("reason"),
+            "loss": progress.get("loss"), "samplesPerSecond": progress.get("samplesPerSecond")}
 
 
-def _progress_text(progress: dict[str, Any]) -> str:
-    parts = [f"{k} {progress[k]:.4f}" if isinstance(progress[k], float) else f"{k} {progress[k]}" for k in progress]
+#: (key, header) of ``kubectl get dpj``'s printer columns, in the CRD's order; WIDE adds the priority-1 ones.
+COLUMNS = [("name", "name"), ("phase", "phase"), ("ready", "ready"), ("world", "world"),
+           ("accelerator", "accelerator"), ("restarts", "restarts"), ("progress", "progress"), ("eta", "eta"),
+           ("age", "age")]
+WIDE = [("reason", "reason"), ("loss", "loss"), ("samplesPerSecond", "samples/s")]
+
+
+def progress_text(progress: dict[str, Any]) -> str:
+    """One line of ``status.progress``: '420/1000 (42%), eta 4m40s, loss 0.25, 3.1 steps/s, slowest rank 3 (1.8x)'."""
+    parts = [str(progress.get("summary") or f"step {progress.get('step', '?')}")]
+    for key, label in (("remaining", "eta"), ("epoch", "epoch"), ("loss", "loss")):
+        if progress.get(key) is not None:
+            parts.append(f"{label} {progress[key]}")
+    for key, unit in (("stepsPerSecond", "steps/s"), ("samplesPerSecond", "samples/s")):
+        if progress.get(key) is not None:
+            parts.append(f"{progress[key]} {unit}")
+    slow = progress.get("slowestRank")
+    if slow:
+        parts.append(f"slowest rank {slow.get('rank')} ({slow.get('ratio')}x the median step time)")
+    if progress.get("checkpointStep") is not None:
+        parts.append(f"checkpoint at step {progress['checkpointStep']}")
     return ", ".join(parts)
 
 
-def render_status(view: dict[str, Any]) -> str:
-    """``dpjob status`` for people: a summary, the conditions, one row per rank."""
+def summary_lines(view: dict[str, Any]) -> list[str]:
+    """The job in one line, and why it is in its phase."""
     limit = f"/{view['backoffLimit']}" if view.get("backoffLimit") is not None else ""
     lines = [f"Job {view['name']} (namespace {view['namespace']}): {view['phase']}   ready {view['ready']}   "
              f"world {view.get('worldSize') or '-'}   accelerator {view.get('accelerator') or '-'}   "
              f"restarts {view['restarts']} (charged {view['failureRestarts']}{limit})"]
     if view.get("reason") or view.get("message"):
         lines.append(f"  {view.get('reason') or ''}: {view.get('message') or ''}".rstrip(": "))
-    if view.get("progress"):
-        lines.append(f"  progress (rank 0): {_progress_text(view['progress'])}")
-    last = view.get("lastFailure")
-    if last:
-        lines.append(f"  last failure: rank {last.get('rank')} ({last.get('pod')}) exit code {last.get('exitCode')}"
-                     f" {last.get('reason') or ''} on restart {last.get('restart')}".rstrip())
+    return lines
+
+
+def condition_and_rank_tables(view: dict[str, Any], wide: bool = False) -> list[str]:
+    """The conditions and one row per rank (``wide``: with exit codes), each under its title."""
+    lines: list[str] = []
     if view["conditions"]:
         lines += ["", "Conditions:", *("  " + x for x in table(
             view["conditions"], [("type", "type"), ("status", "status"), ("reason", "reason"),
                                  ("message", "message")]).splitlines())]
     if view["ranks"]:
-        lines += ["", "Ranks:", *("  " + x for x in table(
-            view["ranks"], [("rank", "rank"), ("pod", "pod"), ("phase", "phase"), ("state", "trainer"),
-                            ("node", "node"), ("restart", "gang")]).splitlines())]
-    return "\n".join(lines)
+        columns = [("rank", "rank"), ("pod", "pod"), ("phase", "phase"), ("state", "trainer"), ("node", "node"),
+                   ("restart", "gang"), *([("exitCode", "exit")] if wide else [])]
+        lines += ["", "Ranks:", *("  " + x for x in table(view["ranks"], columns).splitlines())]
+    return lines
+
+
+def render_status(view: dict[str, Any], wide: bool = False) -> str:
+    """``dpjob status`` for people: a summary, progress, the last failure, the conditions, the ranks."""
+    lines = summary_lines(view)
+    if view.get("progress"):
+        lines.append(f"  progress: {progress_text(view['progress'])}")
+    last = view.get("lastFailure")
+    if last:
+        lines.append(f"  last failure: rank {last.get('rank')} ({last.get('pod')}) exit code {last.get('exitCode')}"
+                     f" {last.get('reason') or ''} on restart {last.get('restart')}".rstrip())
+    return "\n".join(lines + condition_and_rank_tables(view, wide))

@@ -117,7 +117,8 @@ def test_a_crd_the_server_does_not_serve_gives_the_helm_hint(crds, namespace, mo
     code = main(["--kubeconfig", str(KUBECONFIG), "-n", namespace, "list"])
     err = capsys.readouterr().err.strip()
     assert code == ExitCode.CRD_MISSING and len(err.splitlines()) == 1
-    assert "CRD (dataparalleljobs.dpjob.io) is not installed" in err and "helm install dpjob helm/dpjob-operator" in err
+    assert "CRD (dataparalleljobs.dpjob.io) is not installed" in err
+    assert "helm install dpjob oci://ghcr.io/dpjob/charts/dpjob-operator" in err
 
 
 def _kubeconfig_copy(tmp_path: Path, server: str | None = None, token: str | None = None) -> Path:

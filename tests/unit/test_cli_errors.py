@@ -24,7 +24,8 @@ CEL = 'Invalid value: "object": spec.backend nccl needs spec.accelerator gpu and
 @pytest.mark.parametrize("code, body, exit_code, line", [
     (404, "404 page not found", ExitCode.CRD_MISSING,
      "the DataParallelJob CRD (dataparalleljobs.dpjob.io) is not installed on https://10.0.0.1:6443: install it "
-     "with `helm install dpjob helm/dpjob-operator` (or `kubectl apply --server-side -f crds/`)"),
+     "with `helm install dpjob oci://ghcr.io/dpjob/charts/dpjob-operator -n dpjob-system --create-namespace` "
+     "(docs/install.md; or `kubectl apply --server-side -f crds/`)"),
     (404, status(404, "not found", name="train", kind="dataparalleljobs"), ExitCode.NOT_FOUND,
      "no DataParallelJob 'train' in namespace team-a (`dpjob list` shows the jobs there; -n selects another "
      "namespace)"),

@@ -11,7 +11,7 @@ import pytest
 
 from dpjob_cli.errors import CliError, ExitCode
 from dpjob_cli.logs import LogFollower, pods_to_follow, read_logs, select_pods
-from dpjob_cli.status import age, failure_summary, list_row, parse_progress, render_status, status_view
+from dpjob_cli.status import age, failure_summary, list_row, render_status, status_view
 
 pytestmark = pytest.mark.unit
 
@@ -110,24 +110,15 @@ def test_failure_summary_names_the_failing_rank_its_pod_and_exit_code():
 
 def test_status_view_and_its_text_show_phase_conditions_ranks_and_progress():
     pods = [pod(1, state="terminated", exit_code=3), pod(0, state="terminated")]
-    view = status_view(FAILED, pods, {"step": 120, "loss": 0.25})
+    job = {**FAILED, "status": {**FAILED["status"], "progress": {"step": 120, "summary": "step 120", "loss": 0.25}}}
+    view = status_view(job, pods)
     assert [(r["rank"], r["state"], r["exitCode"]) for r in view["ranks"]] == [
         (0, "exited 0 (Completed)", 0), (1, "exited 3 (Error)", 3)]
     text = render_status(view)
     assert text.splitlines()[0].startswith("Job train (namespace ns): Failed   ready 0/2")
-    assert "progress (rank 0): step 120, loss 0.2500" in text
+    assert "progress: step 120, loss 0.25" in text
     assert "last failure: rank 1 (train-rank-1) exit code 3 Error" in text
     assert "BackoffLimitExceeded" in text and "train-rank-1" in text
-
-
-@pytest.mark.parametrize("log, expected", [
-    ('{"event": "start"}\n{"event": "step", "step": 10, "epoch": 0, "loss": 0.5, "lr": 0.1}\nplain text\n',
-     {"step": 10, "epoch": 0, "loss": 0.5}),
-    ("no json here\n", None),
-    ('{"event": "step", "step": 1}\n{"event": "step", "step": 2}\n{broken\n', {"step": 2}),
-])
-def test_progress_is_the_last_step_event_of_the_trainer_log(log, expected):
-    assert parse_progress(log) == expected
 
 
 @pytest.mark.parametrize("seconds, text", [(5, "5s"), (59, "59s"), (60, "1m"), (7199, "119m"), (7200, "2h"),
@@ -141,4 +132,5 @@ def test_age_reads_like_kubectl(seconds, text):
 def test_list_row_has_kubectl_get_dpj_columns():
     row = list_row(FAILED, datetime(2026, 11, 23, 10, 5, tzinfo=UTC))
     assert row == {"namespace": "ns", "name": "train", "phase": "Failed", "ready": "0/2", "world": 2,
-                   "accelerator": "cpu", "restarts": 0, "age": "5m"}
+                   "accelerator": "cpu", "restarts": 0, "progress": None, "eta": None, "age": "5m",
+                   "reason": "BackoffLimitExceeded", "loss": None, "samplesPerSecond": None}
