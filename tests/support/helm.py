@@ -109,7 +109,10 @@ def fullname(release: str) -> str:
 
 class Installed:
     """`helm install` on enter, `helm uninstall` on exit (Helm removes the cluster-scoped RBAC; the
-    namespace fixture removes the rest)."""
+    namespace fixture removes the rest).
+
+    The release renders no CRD (``crds.install=false``): the test cluster's CRD is applied from
+    crds/ by the ``crds`` fixture and shared by every test, so no short-lived release may own it."""
 
     def __init__(self, cluster: Path, namespace: str, *set_json: str) -> None:
         self.cluster, self.namespace, self.release = cluster, namespace, release_name()
@@ -117,7 +120,8 @@ class Installed:
         self.notes = ""
 
     def __enter__(self) -> Installed:
-        args = ["install", self.release, str(CHART), "--namespace", self.namespace, "--timeout", "60s"]
+        args = ["install", self.release, str(CHART), "--namespace", self.namespace, "--timeout", "60s",
+                "--set", "crds.install=false"]
         for s in self.set_json:
             args += ["--set-json", s]
         self.notes = helm(*args, kubeconfig=self.cluster).stdout
