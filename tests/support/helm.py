@@ -92,6 +92,20 @@ def render(release: str = "dpjob", namespace: str = "dpjob-system", *, values: M
     return [d for d in yaml.safe_load_all(out) if d]
 
 
+def umbrella_chart(directory: Path, name: str = "platform") -> Path:
+    """An umbrella chart in ``directory`` whose one dependency is this chart (``file://``), fetched
+    with ``helm dependency update``: how a platform team ships the operator inside its own release.
+    Its values for the operator go under the key ``dpjob-operator``."""
+    version = yaml.safe_load((CHART / "Chart.yaml").read_text())["version"]
+    root = directory / name
+    (root / "templates").mkdir(parents=True)
+    chart = {"apiVersion": "v2", "name": name, "version": "1.0.0", "type": "application",
+             "dependencies": [{"name": "dpjob-operator", "version": version, "repository": f"file://{CHART}"}]}
+    (root / "Chart.yaml").write_text(yaml.safe_dump(chart, sort_keys=False))
+    helm("dependency", "update", str(root))
+    return root
+
+
 def by_kind(objects: Iterable[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
     return [o for o in objects if o.get("kind") == kind]
 

@@ -1,9 +1,11 @@
 """The chart's DataParallelJob CRD: a template that renders the repository's one CRD file, so
-`helm upgrade` upgrades it; `crds.install` and `crds.keep` (tests/integration/test_helm_crds.py
-installs it on the real API server)."""
+`helm upgrade` upgrades it; `crds.install` and `crds.keep`; and the chart as a subchart of an
+umbrella chart, which hands it Helm's `global` values (tests/integration/test_helm_crds.py
+installs both on the real API server)."""
 
 from __future__ import annotations
 
+import json
 import os
 import tarfile
 from pathlib import Path
@@ -12,7 +14,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.support.helm import CHART, CRD, by_kind, helm, helm_binary, render, template
+from tests.support.helm import CHART, CRD, KUBE_VERSION, by_kind, helm, helm_binary, render, template, umbrella_chart
 
 pytestmark = [pytest.mark.unit, pytest.mark.skipif(
     helm_binary() is None and not os.environ.get("CI"),
@@ -76,3 +78,31 @@ def test_helm_packages_the_crd_file_without_a_symlink_warning(tmp_path: Path):
         assert member.isfile()
         assert tar.extractfile(member).read() == CRD.read_bytes()  # type: ignore[union-attr]
         assert not [n for n in tar.getnames() if n.startswith("dpjob-operator/crds/")]
+
+
+def _render_umbrella(root: Path, *settings: str) -> list[dict[str, Any]]:
+    args = ["template", "platform", str(root), "--namespace", "dpjob-system", "--kube-version", KUBE_VERSION]
+    for s in settings:
+        args += ["--set", s]
+    return [d for d in yaml.safe_load_all(helm(*args).stdout) if d]
+
+
+def test_as_a_subchart_with_global_values_the_operator_and_the_crd_render(tmp_path: Path):
+    """Helm hands an umbrella chart's `global` to every subchart: the schema must accept it."""
+    root = umbrella_chart(tmp_path)
+    objs = _render_umbrella(root, "global.imageRegistry=registry.example.com",
+                            "dpjob-operator.logLevel=DEBUG")
+    (deployment,) = by_kind(objs, "Deployment")
+    assert deployment["metadata"]["name"] == "platform-dpjob-operator"
+    assert by_kind(objs, "CustomResourceDefinition") == [_file_crd(KEEP)]
+    assert "platform-dpjob-operator" in {r["metadata"]["name"] for r in by_kind(objs, "ClusterRole")}
+    (config,) = [c for c in by_kind(objs, "ConfigMap") if c["metadata"]["name"] == "platform-dpjob-operator-config"]
+    assert json.loads(config["data"]["config.json"])["logLevel"] == "DEBUG"
+    # The umbrella's values reach the subchart, crds.install included.
+    objs = _render_umbrella(root, "global.imageRegistry=registry.example.com", "dpjob-operator.crds.install=false")
+    assert by_kind(objs, "CustomResourceDefinition") == [] and by_kind(objs, "Deployment")
+
+
+def test_global_must_be_an_object():
+    proc = template(set_=["global=oops"], check=False)
+    assert proc.returncode != 0 and "global" in proc.stderr, proc.stderr
