@@ -104,35 +104,55 @@ def shared_crd(cluster: Path, crds: None, namespace: str) -> Iterator[str]:
         _restore_crd(namespace)
 
 
-def _install_older_chart(cluster: Path, namespace: str, chart: Path) -> str:
-    """A cluster that ran the older chart: its CRD applied, then owned by a release of it (Helm
-    adopts an existing CRD only when asked: --take-ownership)."""
-    old_crd = chart / "files" / "dataparalleljob.yaml"
-    kubectl("apply", "--server-side", "--force-conflicts", "-f", str(old_crd))
+def _serve_older_crd(namespace: str, chart: Path) -> None:
+    """The cluster's CRD as the older chart defines it."""
+    kubectl("apply", "--server-side", "--force-conflicts", "-f", str(chart / "files" / "dataparalleljob.yaml"))
     wait_until(lambda: _field_refused(namespace), timeout=60, what=f"the older CRD, without {FIELD}, to be served")
+
+
+def _install(cluster: Path, namespace: str, chart: Path, *args: str) -> str:
+    """A release of ``chart`` with no operator pod; returns its name."""
     release = release_name()
-    notes = helm("install", release, str(chart), "-n", namespace, "--take-ownership", "--set", "replicaCount=0",
-                 "--timeout", "60s", kubeconfig=cluster).stdout
-    assert "Only one release per cluster can own it" in notes
+    notes = helm("install", release, str(chart), "-n", namespace, "--set", "replicaCount=0", "--timeout", "60s",
+                 *args, kubeconfig=cluster).stdout
+    assert "CRD dataparalleljobs.dpjob.io:" in notes
     return release
+
+
+def _upgrade(cluster: Path, namespace: str, release: str, *args: str, check: bool = True) -> str:
+    proc = helm("upgrade", release, str(CHART), "-n", namespace, "--set", "replicaCount=0", "--timeout", "60s",
+                *args, kubeconfig=cluster, check=check)
+    return proc.stderr
+
+
+def _create_suspended(api: Any, namespace: str, name: str, **run_policy: Any) -> dict[str, Any]:
+    # Suspended: an operator running elsewhere in the cluster creates no pods for it.
+    return dpj.create(api, namespace, JobBuilder(name).run_policy(suspend=True, **run_policy).obj())
+
+
+def _assert_served_and_untouched(api: Any, namespace: str, before: dict[str, Any]) -> None:
+    """The upgraded CRD serves the field (a job keeps it), and the job created before is the same
+    object with the same spec."""
+    wait_until(lambda: _field_served(namespace), timeout=60, what=f"the upgraded CRD to serve {FIELD}")
+    _create_suspended(api, namespace, "after", **{FIELD: 1.5})
+    assert dpj.get(api, namespace, "after")["spec"]["runPolicy"][FIELD] == 1.5
+    still = dpj.get(api, namespace, before["metadata"]["name"])
+    assert still["metadata"]["uid"] == before["metadata"]["uid"]
+    assert still["metadata"]["generation"] == before["metadata"]["generation"]
+    assert still["spec"] == before["spec"]
 
 
 def test_upgrade_serves_the_new_field_keeps_every_job_and_uninstall_keeps_the_crd(
         shared_crd: str, cluster: Path, api: Any, tmp_path: Path) -> None:
     namespace = shared_crd
-    release = _install_older_chart(cluster, namespace, _older_chart(tmp_path))
-    # Suspended: an operator running elsewhere in the cluster creates no pods for these jobs.
-    before = dpj.create(api, namespace, JobBuilder("before").run_policy(suspend=True, backoffLimit=2).obj())
+    older = _older_chart(tmp_path)
+    _serve_older_crd(namespace, older)
+    # The CRD exists (the cluster's): Helm adopts it only when asked.
+    release = _install(cluster, namespace, older, "--take-ownership")
+    before = _create_suspended(api, namespace, "before", backoffLimit=2)
 
-    helm("upgrade", release, str(CHART), "-n", namespace, "--set", "replicaCount=0", "--timeout", "60s",
-         kubeconfig=cluster)
-    wait_until(lambda: _field_served(namespace), timeout=60, what=f"the upgraded CRD to serve {FIELD}")
-    dpj.create(api, namespace, JobBuilder("after").run_policy(suspend=True, **{FIELD: 1.5}).obj())
-    assert dpj.get(api, namespace, "after")["spec"]["runPolicy"][FIELD] == 1.5
-    still = dpj.get(api, namespace, "before")
-    assert still["metadata"]["uid"] == before["metadata"]["uid"]
-    assert still["metadata"]["generation"] == before["metadata"]["generation"]
-    assert still["spec"] == before["spec"]
+    _upgrade(cluster, namespace, release)
+    _assert_served_and_untouched(api, namespace, before)
     assert _live_crd()["metadata"]["annotations"]["helm.sh/resource-policy"] == "keep"
 
     out = helm("uninstall", release, "-n", namespace, "--wait", "--timeout", "60s", kubeconfig=cluster).stdout
@@ -141,6 +161,27 @@ def test_upgrade_serves_the_new_field_keeps_every_job_and_uninstall_keeps_the_cr
     assert sorted(j["metadata"]["name"] for j in dpj.list_jobs(api, namespace)) == ["after", "before"]
     assert dpj.get(api, namespace, "before")["metadata"]["uid"] == before["metadata"]["uid"]
     assert dpj.get(api, namespace, "after")["spec"]["runPolicy"][FIELD] == 1.5
+
+
+def test_a_release_whose_chart_did_not_own_the_crd_adopts_it_with_take_ownership(
+        shared_crd: str, cluster: Path, api: Any, tmp_path: Path) -> None:
+    """The upgrade from a chart that shipped the CRD in crds/ (installed once, owned by no release),
+    as docs/helm.md tells it: a plain upgrade stops and names the CRD, --take-ownership adopts and
+    upgrades it, and later upgrades need nothing more."""
+    namespace = shared_crd
+    older = _older_chart(tmp_path)
+    _serve_older_crd(namespace, older)
+    release = _install(cluster, namespace, older, "--set", "crds.install=false")
+    before = _create_suspended(api, namespace, "before")
+
+    refused = _upgrade(cluster, namespace, release, check=False)
+    assert f'"{CRD_NAME}"' in refused and "exists and cannot be imported into the current release" in refused
+    _upgrade(cluster, namespace, release, "--take-ownership")
+    _assert_served_and_untouched(api, namespace, before)
+    assert _live_crd()["metadata"]["annotations"]["meta.helm.sh/release-name"] == release
+    _upgrade(cluster, namespace, release, "--set", "logLevel=DEBUG")
+    helm("uninstall", release, "-n", namespace, "--wait", "--timeout", "60s", kubeconfig=cluster)
+    assert dpj.get(api, namespace, "before")["metadata"]["uid"] == before["metadata"]["uid"]
 
 
 def test_the_chart_installs_as_a_subchart_of_an_umbrella_release(cluster: Path, crds: None, namespace: str,
