@@ -109,7 +109,10 @@ def install_operator(extra_values: dict | None = None, timeout: str = "180s") ->
     helm = subprocess.run([helm_bin, "--kubeconfig", str(KUBECONFIG), "upgrade", "--install",
                            RELEASE, chart, "--version", version, *publish.helm_plain_http(registry.DEV_REPOSITORY),
                            "-n", OPERATOR_NAMESPACE, "--create-namespace", "-f", str(values),
-                           "--wait", f"--timeout={timeout}"], capture_output=True, text=True)
+                           # apply_crds owns the CRD on this cluster (tests and benchmarks apply it
+                           # without Helm): the release renders none.
+                           "--set", "crds.install=false", "--wait", f"--timeout={timeout}"],
+                          capture_output=True, text=True)
     if helm.returncode != 0:
         pods = kubectl("-n", OPERATOR_NAMESPACE, "get", "pods", "-o", "wide", check=False).stdout
         logs = kubectl("-n", OPERATOR_NAMESPACE, "logs", f"deploy/{OPERATOR_DEPLOYMENT}", "--tail=30",

@@ -60,7 +60,7 @@ def test_rendered_chart_is_accepted_by_the_api_server(cluster, namespace):
     disabled here (tests/unit/test_dashboards.py checks their rendering).
     """
     release = release_name()
-    out = template(release, namespace, extra=["--include-crds"]).stdout
+    out = template(release, namespace).stdout
     docs = [d for d in yaml.safe_load_all(out) if d]
     kinds = {d["kind"] for d in docs}
     assert {"CustomResourceDefinition", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "ConfigMap",
@@ -73,7 +73,7 @@ def test_rendered_chart_is_accepted_by_the_api_server(cluster, namespace):
     assert f"role.rbac.authorization.k8s.io/{fullname(release)} created (server dry run)" in result
 
 
-def test_helm_install_creates_every_object(cluster, namespace):
+def test_helm_install_creates_every_object(cluster, crds, namespace):
     with Installed(cluster, namespace) as inst:
         name = fullname(inst.release)
         assert "The DataParallelJob operator is installed" in inst.notes
@@ -99,7 +99,7 @@ def test_helm_install_creates_every_object(cluster, namespace):
     assert kubectl("get", "clusterrole", name, check=False).returncode != 0
 
 
-def test_service_account_rbac_is_enough_and_least_privilege(cluster, namespace, tmp_path):
+def test_service_account_rbac_is_enough_and_least_privilege(cluster, crds, namespace, tmp_path):
     with Installed(cluster, namespace) as inst:
         sa = fullname(inst.release)
         kc = service_account_kubeconfig(namespace, sa, tmp_path / "sa.kubeconfig")
@@ -155,7 +155,7 @@ def test_service_account_rbac_is_enough_and_least_privilege(cluster, namespace, 
         assert proc.returncode == 0, proc.stderr
 
 
-def test_watch_namespaces_confines_rbac_to_those_namespaces(cluster, namespace, tmp_path):
+def test_watch_namespaces_confines_rbac_to_those_namespaces(cluster, crds, namespace, tmp_path):
     with Installed(cluster, namespace, f"watchNamespaces={json.dumps([namespace])}") as inst:
         sa = fullname(inst.release)
         assert kubectl("get", "clusterrole", sa, check=False).returncode != 0

@@ -42,7 +42,7 @@ def _secret_token(namespace: str, name: str) -> str | None:
     return base64.b64decode(out.stdout).decode() if out.returncode == 0 and out.stdout else None
 
 
-def test_metrics_answer_the_charts_reader_and_refuse_everyone_else(cluster, namespace, tmp_path):
+def test_metrics_answer_the_charts_reader_and_refuse_everyone_else(cluster, crds, namespace, tmp_path):
     with Installed(cluster, namespace) as inst:
         name = fullname(inst.release)
         operator_kubeconfig = service_account_kubeconfig(namespace, name, tmp_path / "operator.kubeconfig")

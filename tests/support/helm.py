@@ -92,6 +92,20 @@ def render(release: str = "dpjob", namespace: str = "dpjob-system", *, values: M
     return [d for d in yaml.safe_load_all(out) if d]
 
 
+def umbrella_chart(directory: Path, name: str = "platform") -> Path:
+    """An umbrella chart in ``directory`` whose one dependency is this chart (``file://``), fetched
+    with ``helm dependency update``: how a platform team ships the operator inside its own release.
+    Its values for the operator go under the key ``dpjob-operator``."""
+    version = yaml.safe_load((CHART / "Chart.yaml").read_text())["version"]
+    root = directory / name
+    (root / "templates").mkdir(parents=True)
+    chart = {"apiVersion": "v2", "name": name, "version": "1.0.0", "type": "application",
+             "dependencies": [{"name": "dpjob-operator", "version": version, "repository": f"file://{CHART}"}]}
+    (root / "Chart.yaml").write_text(yaml.safe_dump(chart, sort_keys=False))
+    helm("dependency", "update", str(root))
+    return root
+
+
 def by_kind(objects: Iterable[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
     return [o for o in objects if o.get("kind") == kind]
 
@@ -109,7 +123,10 @@ def fullname(release: str) -> str:
 
 class Installed:
     """`helm install` on enter, `helm uninstall` on exit (Helm removes the cluster-scoped RBAC; the
-    namespace fixture removes the rest)."""
+    namespace fixture removes the rest).
+
+    The release renders no CRD (``crds.install=false``): the test cluster's CRD is applied from
+    crds/ by the ``crds`` fixture and shared by every test, so no short-lived release may own it."""
 
     def __init__(self, cluster: Path, namespace: str, *set_json: str) -> None:
         self.cluster, self.namespace, self.release = cluster, namespace, release_name()
@@ -117,7 +134,8 @@ class Installed:
         self.notes = ""
 
     def __enter__(self) -> Installed:
-        args = ["install", self.release, str(CHART), "--namespace", self.namespace, "--timeout", "60s"]
+        args = ["install", self.release, str(CHART), "--namespace", self.namespace, "--timeout", "60s",
+                "--set", "crds.install=false"]
         for s in self.set_json:
             args += ["--set-json", s]
         self.notes = helm(*args, kubeconfig=self.cluster).stdout

@@ -4,7 +4,7 @@ Dashboard JSON: parses, current schemaVersion, datasource only through the ``dat
 variable (never ``${DS_PROMETHEUS}``), every panel has PromQL, only known metric names.
 Chart rendering (needs a helm binary: built if missing; skipped only outside CI): values.schema.json rejects typos, the
 monitors and dashboard ConfigMaps render as kube-prometheus-stack expects, the config the
-operator reads matches operator/dpjob_operator/config.py, the CRD in the chart is crds/.
+operator reads matches operator/dpjob_operator/config.py (the CRD: tests/unit/test_chart_crds.py).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.helm import CHART, CRD, by_kind, helm, helm_binary, render, template
+from tests.support.helm import CHART, by_kind, helm_binary, render, template
 
 pytestmark = pytest.mark.unit
 
@@ -178,11 +178,12 @@ def test_default_render():
     kinds = sorted(o["kind"] for o in objs)
     # The metrics gate adds a reader ClusterRole, ServiceAccount, token Secret and binding, and the
     # operator's system:auth-delegator binding (tests/unit/test_chart_metrics_auth.py); leader
-    # election its Lease FlowSchema (tests/unit/test_chart_leader_election.py).
+    # election its Lease FlowSchema (tests/unit/test_chart_leader_election.py); the CRD is a
+    # template (tests/unit/test_chart_crds.py).
     assert kinds == sorted(["ServiceAccount", "ClusterRole", "ClusterRoleBinding", "ConfigMap", "Deployment",
                             "Service", "ConfigMap", "ConfigMap", "Role", "RoleBinding",
                             "ClusterRole", "ClusterRoleBinding", "ClusterRoleBinding", "ServiceAccount",
-                            "Secret", "FlowSchema"]), kinds
+                            "Secret", "FlowSchema", "CustomResourceDefinition"]), kinds
     dep = by_kind(objs, "Deployment")[0]
     assert dep["spec"]["replicas"] == 1
     # Leader election is on: an upgrade starts the new pod as a standby before the old one stops.
@@ -396,35 +397,6 @@ def test_dashboard_configmaps():
         assert json.loads(text) == json.loads((CHART / "dashboards" / key).read_text())
     assert not [o for o in by_kind(render(set_=["dashboards.enabled=false"]), "ConfigMap")
                 if "grafana_dashboard" in o["metadata"]["labels"]]
-
-
-def test_chart_crd_is_the_repository_crd():
-    """One source of truth: the chart packages a real file (Helm warns on every render about a
-    symlink), and the repository's crds/ entry links to it, for `kubectl apply -f crds/`."""
-    chart_crd = CHART / "crds" / "dataparalleljob.yaml"
-    assert chart_crd.exists() and not chart_crd.is_symlink(), "the chart must carry the CRD itself"
-    assert CRD.is_symlink() and CRD.resolve() == chart_crd.resolve()
-    assert sorted(p.name for p in (CHART / "crds").iterdir()) == ["dataparalleljob.yaml"]
-
-
-@needs_helm
-def test_helm_packages_the_crd_without_a_symlink_warning(tmp_path: Path):
-    """`helm template --include-crds` and `helm package` carry the CRD's content, with no warning."""
-    import yaml
-
-    out = helm("template", "t", str(CHART))
-    assert "symbolic link" not in out.stderr, out.stderr
-    objs = render(include_crds=True)
-    (crd,) = by_kind(objs, "CustomResourceDefinition")
-    assert crd == yaml.safe_load(CRD.read_text())
-    helm("package", str(CHART), "--destination", str(tmp_path))
-    (tgz,) = tmp_path.glob("dpjob-operator-*.tgz")
-    import tarfile
-
-    with tarfile.open(tgz) as tar:
-        member = tar.getmember("dpjob-operator/crds/dataparalleljob.yaml")
-        assert member.isfile()
-        assert tar.extractfile(member).read() == CRD.read_bytes()
 
 
 def test_token_kubeconfig_keeps_only_server_ca_and_token(tmp_path: Path):

@@ -29,7 +29,7 @@ from tests.support.paths import REPO
 from tests.support.podenv import rank_env
 
 pytestmark = pytest.mark.unit
-CRDS = [REPO / "crds" / "dataparalleljob.yaml", REPO / "helm" / "dpjob-operator" / "crds" / "dataparalleljob.yaml"]
+CRDS = [REPO / "crds" / "dataparalleljob.yaml", REPO / "helm" / "dpjob-operator" / "files" / "dataparalleljob.yaml"]
 
 
 def test_trainer_waits_for_the_status_the_operator_writes() -> None:

@@ -74,7 +74,7 @@ def test_last_failure_names_container_and_cause_and_the_event_says_the_same():
 
 def test_every_last_failure_field_is_in_the_crd_schema():
     """A field the schema lacks is pruned by the API server: the user would never see it."""
-    crd = yaml.safe_load(Path("helm/dpjob-operator/crds/dataparalleljob.yaml").read_text())
+    crd = yaml.safe_load(Path("helm/dpjob-operator/files/dataparalleljob.yaml").read_text())
     schema = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["status"]["properties"]
     failed = pod(1, "Failed", exit_code=1, message="boom", container="trainer")
     plan = plan_job(JobBuilder().job(), {"phase": "Running", "restarts": 0, "startTime": "2026-11-24T02:00:00Z"},
