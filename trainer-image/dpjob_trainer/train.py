@@ -250,8 +250,8 @@ class Trainer:
             torch.cuda.set_device(self.device)
         elif self.device.type == "npu":
             torch.npu.set_device(self.device)  # type: ignore[attr-defined]
-        if env.distributed:
-            init_process_group(env, self.backend, rendezvous_timeout=self.cfg.rendezvous_timeout,
+        if env.joins_process_group:
+            init_process_group(env, self.backend, str(self.device), rendezvous_timeout=self.cfg.rendezvous_timeout,
                                collective_timeout=self.cfg.collective_timeout)
 
     def _build_task(self) -> Task:
@@ -319,7 +319,7 @@ class Trainer:
         cfg = self.cfg
         state = checkpoint.load_checkpoint(cfg.checkpoint_dir) if cfg.checkpoint_dir and cfg.resume else None
         step = int(state["step"]) if state else 0
-        if self.env.distributed:
+        if self.env.joins_process_group:
             agree = torch.tensor([step, -step], dtype=torch.float64, device=self.device)
             all_reduce_max(agree)
             high, low = int(agree[0].item()), -int(agree[1].item())
@@ -616,7 +616,7 @@ class Trainer:
 
         hook: CommHook | None = None
         train_model: torch.nn.Module = model
-        if env.distributed:
+        if env.joins_process_group:
             # DDP broadcasts rank 0's parameters here: the second guarantee (after the shared seed)
             # that every rank starts identical.
             device_ids = [self.device.index] if self.device.type in ("cuda", "npu") else None
