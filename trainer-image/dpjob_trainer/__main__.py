@@ -33,9 +33,11 @@ def build_parser() -> argparse.ArgumentParser:
     what = p.add_argument_group("what to train")
     what.add_argument("--framework", default=None,
                       help="torch (DDP) or mindspore (msrun / rank table); default $DPJOB_FRAMEWORK, else torch")
-    what.add_argument("--task", default="mlp", help="built-in task: linear, mlp or cnn (default mlp)")
+    what.add_argument("--task", default="mlp", help="built-in task: linear, mlp, cnn or transformer (default mlp)")
     what.add_argument("--entrypoint", help="module:function returning (model, dataset[, loss_fn]); overrides --task")
-    what.add_argument("--dataset-size", type=int, help="samples in the synthetic mlp/cnn dataset")
+    what.add_argument("--dataset-size", type=int, help="samples in the synthetic mlp/cnn/transformer dataset")
+    what.add_argument("--model-width", type=int,
+                      help="--task transformer: embedding width (default 256; heads of 64, 4 layers)")
     what.add_argument("--seed", type=int, default=0, help="same on every rank: model init and data order")
 
     how = p.add_argument_group("optimisation")

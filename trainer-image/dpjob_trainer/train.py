@@ -30,6 +30,7 @@ from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader, default_collate
 
 from . import checkpoint
+from .batched import BatchedTensorDataset
 from .distributed import CommHook, all_reduce_max, all_reduce_sum, init_process_group, shutdown_process_group
 from .env import DistEnv, device_for, select_backend
 from .events import emit, write_report
@@ -37,7 +38,7 @@ from .metrics import NullMetrics
 from .nonfinite import EXIT_NONFINITE, NonfinitePolicy
 from .sharding import ShardPlan
 from .stragglers import DEFAULT_FACTOR, StepTimes, StragglerDetector
-from .tasks import BatchedTensorDataset, Task, build_task, load_entrypoint
+from .tasks import Task, build_task, load_entrypoint
 
 EXIT_OK = 0
 EXIT_USAGE = 2  # configuration, environment, rendezvous or rank-table problem: fix and rerun
@@ -71,6 +72,7 @@ class TrainConfig:
     tail: str = "keep"
     shuffle: bool | None = None
     dataset_size: int | None = None
+    model_width: int | None = None  # --task transformer: the model's width (its default 256)
     num_workers: int = 0
     checkpoint_dir: str | None = None
     checkpoint_every: int = 0
@@ -258,7 +260,8 @@ class Trainer:
         cfg = self.cfg
         if cfg.entrypoint:
             return load_entrypoint(cfg.entrypoint, seed=cfg.seed)
-        return build_task(cfg.task, seed=cfg.seed, dataset_size=cfg.dataset_size, world_size=self.env.world_size)
+        return build_task(cfg.task, seed=cfg.seed, dataset_size=cfg.dataset_size, world_size=self.env.world_size,
+                          model_width=cfg.model_width)
 
     def _resolve(self, task: Task) -> None:
         cfg, d = self.cfg, task.defaults
