@@ -53,7 +53,9 @@ def build_parser() -> argparse.ArgumentParser:
     how.add_argument("--grad-accum", type=int, default=1, help="micro-batches per optimizer step")
     how.add_argument("--clip-grad-norm", type=float, default=0.0,
                      help="clip the reduced gradient to this L2 norm (0: off)")
-    how.add_argument("--amp", action="store_true", help="bf16 autocast where the device supports it")
+    how.add_argument("--precision", choices=["fp32", "bf16", "fp16"], default="fp32",
+                     help="autocast dtype of the forward pass: fp32 (default), bf16, or fp16 with loss scaling")
+    how.add_argument("--amp", action="store_true", help="the same as --precision bf16")
     how.add_argument("--tail", choices=["keep", "drop"], default="keep",
                      help="uneven last global batch: keep (every sample once per epoch) or drop")
     how.add_argument("--shuffle", dest="shuffle", action="store_true", default=None, help="reshuffle every epoch")
