@@ -106,7 +106,7 @@ def build_parser() -> argparse.ArgumentParser:
     ops.add_argument("--straggler-factor", type=float,
                      default=float(os.environ.get("DPJOB_STRAGGLER_FACTOR") or DEFAULT_FACTOR),
                      help="a rank whose own step time is this many times the median for 3 steps is reported "
-                          "as a straggler (default $DPJOB_STRAGGLER_FACTOR or 1.5; must be > 1)")
+                          "as a straggler (default $DPJOB_STRAGGLER_FACTOR or 1.5; must be > 1, or 0: off)")
     # Test hook for straggler detection (tests/e2e): this rank sleeps --slow-seconds in every step.
     ops.add_argument("--slow-rank", type=int, default=-1, help=argparse.SUPPRESS)
     ops.add_argument("--slow-seconds", type=float, default=0.0, help=argparse.SUPPRESS)

@@ -38,6 +38,7 @@ from .events import emit, write_report
 from .metrics import NullMetrics
 from .nonfinite import EXIT_NONFINITE, NonfinitePolicy
 from .precision import requested_precision, setup_precision
+from .prefetch import Prefetcher
 from .sharding import ShardPlan
 from .stragglers import DEFAULT_FACTOR, StepTimes, StragglerDetector
 from .tasks import Task, build_task, load_entrypoint
@@ -139,7 +140,8 @@ def param_sha256(model: torch.nn.Module) -> str:
     """sha256 over all parameters as float32 bytes in ``parameters()`` order: equal iff identical."""
     digest = hashlib.sha256()
     for p in model.parameters():
-        digest.update(p.detach().to("cpu", torch.float32).contiguous().numpy().tobytes())
+        # clone(): a storage of exactly this tensor's bytes; bytes() of it needs no numpy
+        digest.update(bytes(p.detach().to("cpu", torch.float32).flatten().clone().untyped_storage()))
     return digest.hexdigest()
 
 
@@ -174,16 +176,6 @@ def _device_count(backend: str) -> int:
 
 def _identity(batch: Any) -> Any:
     return batch
-
-
-def _to_device(obj: Any, device: torch.device) -> Any:
-    if isinstance(obj, torch.Tensor):
-        return obj.to(device, non_blocking=True)
-    if isinstance(obj, (list, tuple)):
-        return type(obj)(_to_device(o, device) for o in obj)
-    if isinstance(obj, dict):
-        return {k: _to_device(v, device) for k, v in obj.items()}
-    return obj
 
 
 class _ShardBatchSampler:
@@ -425,7 +417,7 @@ class Trainer:
 
     # ---- one optimizer step --------------------------------------------------------------------
     def _step(
-        self, train_model: torch.nn.Module, task: Task, hook: CommHook | None, batches: Any, step: int,
+        self, train_model: torch.nn.Module, task: Task, hook: CommHook | None, batches: Prefetcher, step: int,
         params: list[Any],
     ) -> StepResult:
         """Forward/backward over the step's micro-batches with reduced gradients, then update."""
@@ -435,9 +427,8 @@ class Trainer:
         if self.env.rank == self.cfg.slow_rank and self.cfg.slow_seconds > 0:
             time.sleep(self.cfg.slow_seconds)  # the --slow-rank test hook: a rank that holds the gang back
         for j in range(accum):
-            waited = time.perf_counter()
-            inputs, targets = _to_device(next(batches), self.device)
-            result.data_wait += time.perf_counter() - waited
+            (inputs, targets), waited = batches.take()
+            result.data_wait += waited
             mb = self.plan.micro_batch(step * accum + j)
             result.epoch = mb.epoch
             # See the module docstring: makes the reduced gradient the exact global mean.
@@ -452,6 +443,7 @@ class Trainer:
                 if hook is not None and last:
                     hook.start_backward()
                 self.precision.scale(loss * weight).backward()
+                batches.prefetch()  # before the step's wait: the GPU is not idle while we fetch
                 if hook is not None and last:
                     result.comm_token = hook.end_backward()
             result.loss_sum += loss.detach().float() * weight
@@ -497,7 +489,7 @@ class Trainer:
 
     def _loop(
         self, train_model: torch.nn.Module, model: torch.nn.Module, optimizer: torch.optim.Optimizer, task: Task,
-        hook: CommHook | None, batches: Any, start_step: int,
+        hook: CommHook | None, batches: Prefetcher, start_step: int,
     ) -> tuple[int, int, RunStats]:
         """Steps until done, until any rank got SIGTERM or until a non-finite step stops the run;
         returns (step reached, exit code, stats)."""
@@ -648,7 +640,7 @@ class Trainer:
             dataset_size=self.plan.dataset_size, steps_per_epoch=self.plan.steps_per_epoch,
         )  # fmt: skip
 
-        batches = self._loader(task.dataset, start_step * cfg.grad_accum)
+        batches = Prefetcher(self._loader(task.dataset, start_step * cfg.grad_accum), self.device)
         self.stop.install()
         step, code, stats = self._loop(train_model, model, optimizer, task, hook, batches, start_step)
         # The final checkpoint: a pod restarted after success resumes there and exits at once
