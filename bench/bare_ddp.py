@@ -3,8 +3,9 @@
 Written as a user would write it from PyTorch's DDP and AMP tutorials, nothing more: a
 TensorDataset with a DistributedSampler and a DataLoader, DDP, SGD, autocast and, for fp16, a
 GradScaler; the loss is read (``loss.item()``, which waits for the device) once every
-``--window-steps`` steps, as a user logging it would. The model, data, batch and learning rate are
-our trainer's ``transformer`` task's, so the two loops do the same arithmetic.
+``--window-steps`` steps, as a user logging it would. The model, data and batch are
+our trainer's ``transformer`` task's and the learning rate is the one gpu_check.py gives both loops,
+so the two do the same arithmetic.
 
 Run by gpu_check.py under ``torchrun --nproc-per-node 1`` with trainer-image/ on PYTHONPATH; prints
 one JSON line per window: ``{"event": "window", "steps": N, "seconds": S}``.
@@ -34,6 +35,7 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--model-width", type=int, required=True)
     p.add_argument("--batch-size", type=int, required=True)
     p.add_argument("--dataset-size", type=int, required=True)
+    p.add_argument("--lr", type=float, required=True)
     p.add_argument("--steps", type=int, required=True)
     p.add_argument("--window-steps", type=int, required=True)
     return p.parse_args()
@@ -50,7 +52,7 @@ def main() -> None:
 
     task = build_task("transformer", seed=0, dataset_size=args.dataset_size, model_width=args.model_width)
     model = DistributedDataParallel(task.model.to(device), device_ids=[local_rank] if cuda else None)
-    optimizer = torch.optim.SGD(model.parameters(), lr=task.defaults["lr"])
+    optimizer = torch.optim.SGD(model.parameters(), lr=args.lr)
     dtype = DTYPES[args.precision]
     scaler = torch.amp.GradScaler(device.type, enabled=args.precision == "fp16")
     data = TensorDataset(task.dataset.inputs, task.dataset.targets)

@@ -26,6 +26,7 @@ import argparse
 import importlib.util
 import json
 import os
+import re
 import socket
 import statistics
 import subprocess
@@ -39,6 +40,9 @@ RUNS = ("ours", "bare", "ours-no-metrics")
 # (model width, batch, window steps, windows, warm-up windows): about 3 ms (bf16) to 15 ms (fp32)
 # per step on an H100 (estimated from its FLOPs, not yet measured); about 6 ms per step on one CPU core.
 SIZES = {"cuda": (768, 64, 50, 7, 2), "cpu": (16, 4, 20, 5, 1)}
+ERROR_LINE = re.compile(r"^([\w.]*(Error|Exception)|[\w.-]+: error): ")
+# Small enough that no run diverges (a NaN would stop ours with exit 3); throughput does not depend on it.
+LR = 0.01
 # The launch contract of an outer launcher would confuse torchrun's children.
 LAUNCH_KEYS = ("WORLD_SIZE", "RANK", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
                "TORCHELASTIC_RUN_ID", "DPJOB_METRICS_PORT", "DPJOB_STRAGGLER_FACTOR", "RANK_TABLE_FILE")
@@ -72,6 +76,14 @@ def bare_rates(stdout: str) -> list[float]:
     return [e["steps"] / e["seconds"] for e in events if e["event"] == "window"]
 
 
+def error_line(stderr: str) -> str:
+    """The line of a failed run's stderr that says why: the process's own error (a Python
+    exception, ``prog: error: ...``), not torchrun's ChildFailedError report that follows it."""
+    lines = [line.strip() for line in stderr.splitlines() if line.strip().strip("=-")]
+    named = [line for line in lines if ERROR_LINE.match(line) and "ChildFailedError" not in line]
+    return ((named or lines or ["(nothing on stderr)"])[-1])[:300]
+
+
 def ratio_rows(rates: dict[str, Rate]) -> list[tuple[str, str, str]]:
     """(name, value, goal) rows comparing the runs of one precision that finished."""
     rows = []
@@ -94,7 +106,7 @@ def _free_port() -> int:
 
 def _command(run: str, precision: str, args: argparse.Namespace, steps: int) -> list[str]:
     size = ["--model-width", str(args.width), "--batch-size", str(args.batch_size),
-            "--dataset-size", str(32 * args.batch_size), "--steps", str(steps)]
+            "--dataset-size", str(32 * args.batch_size), "--steps", str(steps), "--lr", str(LR)]
     launch = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nnodes", "1", "--nproc-per-node", "1"]
     if run == "bare":
         return [*launch, str(ROOT / "bench" / "bare_ddp.py"), "--device", args.device, "--precision", precision,
@@ -119,8 +131,7 @@ def time_run(run: str, precision: str, args: argparse.Namespace) -> Rate | str:
     except subprocess.TimeoutExpired:
         return f"did not finish in {args.run_timeout:g} s (--run-timeout)"
     if done.returncode != 0:
-        lines = [line for line in done.stderr.splitlines() if line.strip()] or ["(no output on stderr)"]
-        return f"exit {done.returncode}: {lines[-1][:300]}"
+        return f"exit {done.returncode}: {error_line(done.stderr)}"
     rates = bare_rates(done.stdout) if run == "bare" else trainer_rates(done.stdout)
     return summarize(rates, args.warmup_windows)
 

@@ -67,3 +67,20 @@ def test_without_a_gpu_the_cuda_check_says_what_to_run_instead(capsys):
 def test_the_size_defaults_follow_the_device(argv, width, window_steps):
     args = gpu_check.parse_args(argv)
     assert (args.width, args.window_steps, args.precisions) == (width, window_steps, ["fp32", "bf16", "fp16"])
+
+
+@pytest.mark.parametrize(("stderr", "line"), [
+    ("Traceback\n  File x\ntorch.OutOfMemoryError: CUDA out of memory\nTraceback\n  File run.py\n"
+     "torch.distributed.elastic.multiprocessing.errors.ChildFailedError: \n" + "=" * 40 +
+     "\n  error_file: <N/A>\n  traceback : see https://pytorch.org/docs/stable/elastic/errors.html\n" + "=" * 40,
+     "torch.OutOfMemoryError: CUDA out of memory"),                   # the child's, not torchrun's report
+    ("dpjob-trainer: error: --model-width must be a multiple of 8 and >= 8, got 12\nTraceback\n"
+     "torch.distributed.elastic.multiprocessing.errors.ChildFailedError: \n",
+     "dpjob-trainer: error: --model-width must be a multiple of 8 and >= 8, got 12"),
+    ("usage: bare_ddp.py\nbare_ddp.py: error: the following arguments are required: --lr\n",
+     "bare_ddp.py: error: the following arguments are required: --lr"),
+    ("killed\n" + "-" * 20 + "\n", "killed"),
+    ("", "(nothing on stderr)"),
+])
+def test_a_failed_run_is_reported_by_the_line_that_says_why(stderr, line):
+    assert gpu_check.error_line(stderr) == line
