@@ -37,8 +37,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 PRECISIONS = ("fp32", "bf16", "fp16")
 RUNS = ("ours", "bare", "ours-no-metrics")
-# (model width, batch, window steps, windows, warm-up windows): about 3 ms (bf16) to 15 ms (fp32)
-# per step on an H100 (estimated from its FLOPs, not yet measured); about 6 ms per step on one CPU core.
+# (model width, batch, window steps, windows, warm-up windows). Width 768 at batch 64 is 1.4 TFLOP
+# per step: estimated (not yet measured) 4 ms in bf16 to 30 ms in fp32 (no TF32) on an H100, so the
+# nine runs fit in a few minutes; width 16 at batch 4 is about 6 ms per step on one CPU core.
 SIZES = {"cuda": (768, 64, 50, 7, 2), "cpu": (16, 4, 20, 5, 1)}
 ERROR_LINE = re.compile(r"^([\w.]*(Error|Exception)|[\w.-]+: error): ")
 # Small enough that no run diverges (a NaN would stop ours with exit 3); throughput does not depend on it.
