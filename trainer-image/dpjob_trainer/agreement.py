@@ -6,8 +6,8 @@ Before the update, every rank adds its slots to one short vector and all-reduces
 * ``STOP``: 1 if it got SIGTERM (any vote stops every rank after this same step);
 * ``LOSS_NONFINITE``: 1 if its own loss is NaN/Inf;
 * ``GRAD_NONFINITE``: 1 if the reduced gradient's norm is NaN/Inf (identical on every rank);
-* one slot per rank for its own time of the previous step, only its own non-zero (stragglers.py),
-  when straggler detection is on in a job of two or more ranks.
+* in a job of two or more ranks, one slot per rank for its own time of the previous step, only its
+  own non-zero (stragglers.py).
 
 Two values that are already identical on every rank ride along unreduced in the same copy to the
 host (the step's one synchronisation): the gradient norm and the fp16 loss scale.

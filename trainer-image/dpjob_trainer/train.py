@@ -225,7 +225,8 @@ class Trainer:
         self.failure: str | None = None  # why the run stopped with EXIT_NONFINITE, for the stderr line
         self.checkpoint_step: int | None = None  # step of the checkpoint on disk, when known
         self.policy = NonfinitePolicy(cfg.nonfinite, cfg.max_nonfinite_steps)
-        # --straggler-factor 0: no detection, and no own-time slots in the step's all-reduce
+        # --straggler-factor 0: no detection (the own times still travel, so every rank's all-reduce
+        # has the same length whatever its flag)
         self.stragglers = StragglerDetector(cfg.straggler_factor) if cfg.straggler_factor else None
         self.own_seconds = 0.0  # this rank's own time of its last step (wall minus waiting for the others)
         self.straggler: int | None = None  # rank 0: the straggler last reported
@@ -474,7 +475,7 @@ class Trainer:
         ``.tolist()`` is the step's one host synchronisation, and only the update waits for it."""
         assert r.grad_norm is not None
         world = self.env.world_size
-        own_slots = world if world > 1 and self.stragglers is not None else 0
+        own_slots = world if world > 1 else 0  # also with detection off: every rank's vector has one length
         votes = torch.zeros(REDUCED_SLOTS + own_slots, dtype=r.loss_sum.dtype, device=self.device)
         grad_norm = r.grad_norm.to(self.device, votes.dtype)
         votes[LOSS] = r.loss_sum
