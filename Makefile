@@ -83,7 +83,10 @@ bench: cluster-up ## benchmarks (ratios side by side; results in bench/results/)
 bench-compare: cluster-up kubeflow ## raw client vs dpjob vs Kubeflow's training-operator, one run (bench/results/compare.md)
 	@venv=$(VENV); KUBECONFIG=$(KUBECONFIG_PATH) "$$venv/bin/python" bench/compare.py $(BENCH_ARGS)
 
+gpu-check: ## on a GPU machine: our trainer against a bare PyTorch DDP loop per precision (steps/s, ratios; docs/benchmarks.md)
+	@python3 bench/gpu_check.py $(GPU_CHECK_ARGS)
+
 clean: cluster-down ## remove local state (caches under ~/.cache/dpjob are kept)
 	@rm -rf .devcluster .pytest_cache .mypy_cache .ruff_cache
 
-.PHONY: help venv venv-mindspore test-mindspore binaries kubeflow bench-compare images push release doctor cluster-up cluster-down cluster-status crds run lint test-unit test chaos dev bench clean
+.PHONY: help venv venv-mindspore test-mindspore binaries kubeflow bench-compare images push release doctor cluster-up cluster-down cluster-status crds run lint test-unit test chaos dev bench gpu-check clean

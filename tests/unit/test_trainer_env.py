@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from dpjob_trainer.env import EnvError, device_for, parse_env, select_backend
+from dpjob_trainer.env import EnvError, bound_device, device_for, parse_env, select_backend
 
 pytestmark = pytest.mark.unit
 
@@ -96,3 +96,36 @@ def test_device_follows_local_rank():
     assert device_for("hccl", 1, device_count=8) == "npu:1"
     with pytest.raises(EnvError, match="LOCAL_RANK=2 but only 2 cuda"):
         device_for("nccl", 2, device_count=2)
+
+
+# procsPerReplica processes per pod, each with LOCAL_RANK 0..N-1, on pods that see `visible` GPUs.
+@pytest.mark.parametrize(("procs", "visible"), [(1, 1), (2, 2), (4, 4), (2, 8), (8, 8)])
+def test_each_process_of_a_pod_trains_on_its_own_gpu_and_binds_nccl_to_it(procs, visible):
+    devices, bound = [], []
+    for pod in range(2):
+        for local in range(procs):
+            env = parse_env({"WORLD_SIZE": str(2 * procs), "RANK": str(pod * procs + local), "MASTER_ADDR": "r0",
+                             "MASTER_PORT": "29500", "LOCAL_RANK": str(local), "LOCAL_WORLD_SIZE": str(procs)})
+            device = device_for("nccl", env.local_rank, device_count=visible)
+            devices.append((pod, device))
+            bound.append(bound_device("nccl", device))
+    assert len(set(devices)) == 2 * procs  # no two processes of a pod share a GPU
+    assert [d for _, d in devices[:procs]] == [f"cuda:{i}" for i in range(procs)]  # LOCAL_RANK, not RANK
+    assert bound == [d for _, d in devices]  # NCCL bound to that GPU, never rank % visible GPUs
+
+
+@pytest.mark.parametrize(("backend", "device", "bound"), [
+    ("nccl", "cuda:3", "cuda:3"), ("gloo", "cpu", None), ("hccl", "npu:1", None),
+])
+def test_only_nccl_binds_its_process_group_to_a_device(backend, device, bound):
+    assert bound_device(backend, device) == bound
+
+
+@pytest.mark.parametrize(("env", "joins"), [
+    ({}, False),                                                                    # plain single process
+    ({"WORLD_SIZE": "1", "RANK": "0"}, False),
+    ({"WORLD_SIZE": "1", "RANK": "0", "TORCHELASTIC_RUN_ID": "x"}, True),          # torchrun --nproc-per-node 1
+    (DIST, True),
+])
+def test_torchrun_always_forms_a_process_group_a_bare_world_of_one_does_not(env, joins):
+    assert parse_env(env).joins_process_group is joins

@@ -28,6 +28,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.ports import free_port
+from tests.support.trainer import run_trainer_in_process
 
 pytestmark = pytest.mark.unit
 
@@ -290,25 +291,8 @@ def test_bad_nonfinite_flags_exit_2(tmp_path):
 
 # ---- in-process: the metric, and a NaN gradient behind a finite loss ----------------------------
 
-class _NoSignals(train_mod.StopFlag):
-    def install(self) -> None:  # leave pytest's own SIGTERM handling alone
-        pass
-
-
 def run_in_process(tmp_path: Path, args: list[str], metrics=None) -> tuple[int, list[dict], dict]:
-    from dpjob_trainer.__main__ import build_parser
-    from dpjob_trainer.env import parse_env
-
-    parsed = build_parser().parse_args(["--task", "linear", "--metrics-port", "0", "--log-every", "1",
-                                        "--report", str(tmp_path), *args])
-    fields = train_mod.TrainConfig.__dataclass_fields__
-    cfg = train_mod.TrainConfig(**{k: v for k, v in vars(parsed).items() if k in fields})
-    out = io.StringIO()
-    trainer = train_mod.Trainer(cfg, parse_env({"DPJOB_BACKEND": "gloo"}), metrics or train_mod.NullMetrics(),
-                                _NoSignals(), out)
-    code = trainer.run()
-    events = [json.loads(line) for line in out.getvalue().splitlines()]
-    return code, events, json.loads((tmp_path / "report-rank0.json").read_text())
+    return run_trainer_in_process(tmp_path, ["--task", "linear", *args], metrics)
 
 
 def test_skipped_steps_are_counted_in_the_metric(tmp_path):

@@ -48,3 +48,17 @@ def test_the_ratio_is_the_slowest_over_the_median():
 def test_a_factor_of_one_or_less_is_refused(factor, window):
     with pytest.raises(ValueError):
         StragglerDetector(factor, window)
+
+
+@pytest.mark.parametrize(("flag", "detects"), [("0", False), ("1.5", True), ("3", True)])
+def test_a_straggler_factor_of_zero_turns_detection_off(flag, detects):
+    pytest.importorskip("torch")
+    from dpjob_trainer.__main__ import build_parser
+    from dpjob_trainer.env import parse_env
+    from dpjob_trainer.metrics import NullMetrics
+    from dpjob_trainer.train import StopFlag, TrainConfig, Trainer
+
+    args = vars(build_parser().parse_args(["--straggler-factor", flag]))
+    cfg = TrainConfig(**{k: v for k, v in args.items() if k in TrainConfig.__dataclass_fields__})
+    trainer = Trainer(cfg, parse_env({}), NullMetrics(), StopFlag())
+    assert (trainer.stragglers is not None) is detects

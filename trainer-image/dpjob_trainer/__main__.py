@@ -33,9 +33,11 @@ def build_parser() -> argparse.ArgumentParser:
     what = p.add_argument_group("what to train")
     what.add_argument("--framework", default=None,
                       help="torch (DDP) or mindspore (msrun / rank table); default $DPJOB_FRAMEWORK, else torch")
-    what.add_argument("--task", default="mlp", help="built-in task: linear, mlp or cnn (default mlp)")
+    what.add_argument("--task", default="mlp", help="built-in task: linear, mlp, cnn or transformer (default mlp)")
     what.add_argument("--entrypoint", help="module:function returning (model, dataset[, loss_fn]); overrides --task")
-    what.add_argument("--dataset-size", type=int, help="samples in the synthetic mlp/cnn dataset")
+    what.add_argument("--dataset-size", type=int, help="samples in the synthetic mlp/cnn/transformer dataset")
+    what.add_argument("--model-width", type=int,
+                      help="--task transformer: embedding width (default 256; heads of 64, 4 layers)")
     what.add_argument("--seed", type=int, default=0, help="same on every rank: model init and data order")
 
     how = p.add_argument_group("optimisation")
@@ -51,7 +53,9 @@ def build_parser() -> argparse.ArgumentParser:
     how.add_argument("--grad-accum", type=int, default=1, help="micro-batches per optimizer step")
     how.add_argument("--clip-grad-norm", type=float, default=0.0,
                      help="clip the reduced gradient to this L2 norm (0: off)")
-    how.add_argument("--amp", action="store_true", help="bf16 autocast where the device supports it")
+    how.add_argument("--precision", choices=["fp32", "bf16", "fp16"], default="fp32",
+                     help="autocast dtype of the forward pass: fp32 (default), bf16, or fp16 with loss scaling")
+    how.add_argument("--amp", action="store_true", help="the same as --precision bf16")
     how.add_argument("--tail", choices=["keep", "drop"], default="keep",
                      help="uneven last global batch: keep (every sample once per epoch) or drop")
     how.add_argument("--shuffle", dest="shuffle", action="store_true", default=None, help="reshuffle every epoch")
@@ -102,7 +106,7 @@ def build_parser() -> argparse.ArgumentParser:
     ops.add_argument("--straggler-factor", type=float,
                      default=float(os.environ.get("DPJOB_STRAGGLER_FACTOR") or DEFAULT_FACTOR),
                      help="a rank whose own step time is this many times the median for 3 steps is reported "
-                          "as a straggler (default $DPJOB_STRAGGLER_FACTOR or 1.5; must be > 1)")
+                          "as a straggler (default $DPJOB_STRAGGLER_FACTOR or 1.5; must be > 1, or 0: off)")
     # Test hook for straggler detection (tests/e2e): this rank sleeps --slow-seconds in every step.
     ops.add_argument("--slow-rank", type=int, default=-1, help=argparse.SUPPRESS)
     ops.add_argument("--slow-seconds", type=float, default=0.0, help=argparse.SUPPRESS)

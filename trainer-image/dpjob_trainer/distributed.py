@@ -26,7 +26,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from .env import DistEnv
+from .env import DistEnv, bound_device
 
 
 class RendezvousError(RuntimeError):
@@ -38,13 +38,18 @@ def _first_line(exc: BaseException) -> str:
     return text[0].rstrip(". ") if text else type(exc).__name__
 
 
-def init_process_group(env: DistEnv, backend: str, *, rendezvous_timeout: float, collective_timeout: float) -> None:
-    """Join the job's process group or raise RendezvousError."""
+def init_process_group(
+    env: DistEnv, backend: str, device: str, *, rendezvous_timeout: float, collective_timeout: float
+) -> None:
+    """Join the job's process group on ``device`` (this process's own, from LOCAL_RANK) or raise
+    RendezvousError."""
     collective = timedelta(seconds=collective_timeout)
     address = env.rendezvous_address
+    bound = bound_device(backend, device)
+    device_id = torch.device(bound) if bound is not None else None
     if env.under_torchrun:
         try:
-            dist.init_process_group(backend, init_method="env://", timeout=collective)
+            dist.init_process_group(backend, init_method="env://", timeout=collective, device_id=device_id)
         except (RuntimeError, OSError, TimeoutError) as exc:
             raise RendezvousError(
                 f"joining the torchrun process group via {address} failed: {_first_line(exc)}") from exc
@@ -87,7 +92,8 @@ def init_process_group(env: DistEnv, backend: str, *, rendezvous_timeout: float,
             # Clients retry: the rank-0 pod's DNS name may not resolve yet, or its store not listen yet.
             time.sleep(min(1.0, max(deadline - time.monotonic(), 0)))
     try:
-        dist.init_process_group(backend, store=store, rank=env.rank, world_size=env.world_size, timeout=collective)
+        dist.init_process_group(backend, store=store, rank=env.rank, world_size=env.world_size, timeout=collective,
+                                device_id=device_id)
     except (RuntimeError, OSError, TimeoutError) as exc:
         raise RendezvousError(
             f"forming the {backend} process group after rendezvous at {address} failed: {_first_line(exc)}") from exc

@@ -50,6 +50,13 @@ class DistEnv:
         return self.world_size > 1
 
     @property
+    def joins_process_group(self) -> bool:
+        """True when this process forms a process group and trains under DDP: more than one rank,
+        or any torchrun launch (its agent already holds the store, and a one-process torchrun then
+        runs the same DDP and NCCL path as N processes, which is what a one-GPU check must time)."""
+        return self.distributed or self.under_torchrun
+
+    @property
     def rendezvous_address(self) -> str:
         """``host:port`` as a user would type it into MASTER_ADDR/MASTER_PORT."""
         return f"{self.master_addr}:{self.master_port}"
@@ -172,3 +179,14 @@ def device_for(backend: str, local_rank: int, *, device_count: int) -> str:
             f"request procsPerReplica <= devices per pod"
         )
     return f"{kind}:{local_rank}"
+
+
+def bound_device(backend: str, device: str) -> str | None:
+    """The device to bind the process group to (``init_process_group(device_id=...)``), or None.
+
+    NCCL communicators belong to one GPU. Unbound, torch guesses ``rank % device_count`` for
+    collectives that name no tensor (barrier), which is another process's GPU whenever a pod sees
+    more GPUs than it runs processes (procsPerReplica 2 on a node whose 8 GPUs are all visible:
+    rank 2 would use cuda:2, not its own cuda:0). Gloo and HCCL take no binding here.
+    """
+    return device if backend == "nccl" else None

@@ -23,31 +23,15 @@ from torch import nn
 from torch.nn import functional as F
 from torch.utils.data import Dataset
 
+from .batched import BatchedTensorDataset
+from .transformer import TokenClassifier, token_dataset
+
 LossFn = Callable[[Any, Any], torch.Tensor]
-BUILTIN_TASKS = ("linear", "mlp", "cnn")
+BUILTIN_TASKS = ("linear", "mlp", "cnn", "transformer")
 
 
 class TaskError(ValueError):
     """The task or entry point cannot be built; the message says what to change."""
-
-
-class BatchedTensorDataset(Dataset[tuple[torch.Tensor, torch.Tensor]]):
-    """Tensors indexed a whole batch at a time (``__getitems__``): no per-sample Python collate."""
-
-    def __init__(self, inputs: torch.Tensor, targets: torch.Tensor) -> None:
-        if len(inputs) != len(targets):
-            raise ValueError(f"inputs ({len(inputs)}) and targets ({len(targets)}) differ in length")
-        self.inputs, self.targets = inputs, targets
-
-    def __len__(self) -> int:
-        return len(self.inputs)
-
-    def __getitem__(self, index: int) -> tuple[torch.Tensor, torch.Tensor]:
-        return self.inputs[index], self.targets[index]
-
-    def __getitems__(self, indices: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
-        idx = torch.as_tensor(indices, dtype=torch.long)
-        return self.inputs[idx], self.targets[idx]
 
 
 @dataclass
@@ -126,14 +110,28 @@ def _cnn(seed: int, dataset_size: int | None, world_size: int) -> Task:
                 {"batch_size": 16, "lr": 0.2, "steps": 100})
 
 
+def _transformer(seed: int, dataset_size: int | None, width: int | None) -> Task:
+    if width is not None and (width < 8 or width % 8):
+        raise TaskError(f"--model-width must be a multiple of 8 and >= 8, got {width}")
+    model = TokenClassifier(width or 256)
+    dataset = token_dataset(seed + 3, dataset_size or 2048)
+    return Task("transformer", model, dataset, F.cross_entropy, {"batch_size": 32, "lr": 0.05, "steps": 100})
+
+
 _BUILDERS = {"linear": _linear, "mlp": _mlp, "cnn": _cnn}
 
 
-def build_task(name: str, *, seed: int, dataset_size: int | None = None, world_size: int = 1) -> Task:
+def build_task(
+    name: str, *, seed: int, dataset_size: int | None = None, world_size: int = 1, model_width: int | None = None,
+) -> Task:
     """Build a built-in task; model init and data depend only on ``seed``, never on the rank."""
-    if name not in _BUILDERS:
+    if name not in (*_BUILDERS, "transformer"):
         raise TaskError(f"--task must be one of {', '.join(BUILTIN_TASKS)}, got {name!r}")
+    if model_width is not None and name != "transformer":
+        raise TaskError(f"--model-width applies only to --task transformer, not {name!r}")
     torch.manual_seed(seed)
+    if name == "transformer":
+        return _transformer(seed, dataset_size, model_width)
     return _BUILDERS[name](seed, dataset_size, world_size)
 
 

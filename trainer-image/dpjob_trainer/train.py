@@ -15,13 +15,14 @@ global batch, including an uneven last batch and padding shards (weight 0).
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import hashlib
 import math
 import signal
 import sys
 import time
 from collections.abc import Sized
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from typing import Any, TextIO
 
 import torch
@@ -30,14 +31,18 @@ from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader, default_collate
 
 from . import checkpoint
+from .agreement import GRAD_NONFINITE, LOSS, LOSS_NONFINITE, REDUCED_SLOTS, STOP, Agreement, read_agreement
+from .batched import BatchedTensorDataset
 from .distributed import CommHook, all_reduce_max, all_reduce_sum, init_process_group, shutdown_process_group
 from .env import DistEnv, device_for, select_backend
 from .events import emit, write_report
 from .metrics import NullMetrics
 from .nonfinite import EXIT_NONFINITE, NonfinitePolicy
+from .precision import requested_precision, setup_precision
+from .prefetch import Prefetcher
 from .sharding import ShardPlan
 from .stragglers import DEFAULT_FACTOR, StepTimes, StragglerDetector
-from .tasks import BatchedTensorDataset, Task, build_task, load_entrypoint
+from .tasks import Task, build_task, load_entrypoint
 
 EXIT_OK = 0
 EXIT_USAGE = 2  # configuration, environment, rendezvous or rank-table problem: fix and rerun
@@ -67,10 +72,12 @@ class TrainConfig:
     grad_reduction: str = "mean"
     grad_accum: int = 1
     clip_grad_norm: float = 0.0
-    amp: bool = False
+    amp: bool = False  # the older name of precision bf16
+    precision: str = "fp32"  # fp32, bf16 or fp16 (precision.py)
     tail: str = "keep"
     shuffle: bool | None = None
     dataset_size: int | None = None
+    model_width: int | None = None  # --task transformer: the model's width (its default 256)
     num_workers: int = 0
     checkpoint_dir: str | None = None
     checkpoint_every: int = 0
@@ -101,12 +108,13 @@ class StepResult:
     comm_token: Any = None
     epoch: int = 0
     grad_norm: torch.Tensor | None = None
-    # From the step's all-reduce, identical on every rank:
-    loss: float = 0.0  # the mean loss over ranks
-    stop_votes: float = 0.0  # ranks that got SIGTERM
-    nonfinite_ranks: int = 0  # ranks whose loss or reduced gradient was NaN/Inf; > 0: update not applied
-    own_seconds: list[float] = field(default_factory=list)  # every rank's own time of the previous step
+    agreed: Agreement | None = None  # the step's all-reduce, identical on every rank (agreement.py)
     ready_at: float = 0.0  # perf_counter when this rank reached the step's all-reduce (its own work done)
+
+    @property
+    def outcome(self) -> Agreement:
+        assert self.agreed is not None, "read only after the step's all-reduce"
+        return self.agreed
 
 
 @dataclass
@@ -118,6 +126,7 @@ class RunStats:
     samples: int = 0
     global_samples: int = 0
     train_seconds: float = 0.0
+    scaler_skipped: int = 0  # fp16: updates the loss scaler skipped after a gradient overflow
 
     def record(self, loss: float, samples: int, global_samples: int) -> None:
         if math.isfinite(loss):  # a skipped step's NaN would make the report's loss meaningless
@@ -128,11 +137,21 @@ class RunStats:
         self.global_samples += global_samples
 
 
+def _float32_bytes(tensor: torch.Tensor) -> bytes:
+    """The values as float32 bytes, read straight from memory: the same bytes as numpy's
+    ``tobytes()`` without needing numpy, at memcpy speed (``bytes()`` of a storage goes element by
+    element, minutes for a model of tens of millions of parameters)."""
+    flat = tensor.detach().to("cpu", torch.float32).contiguous().clone()  # owned by us while read
+    if flat.numel() == 0:
+        return b""
+    return ctypes.string_at(flat.data_ptr(), flat.numel() * flat.element_size())
+
+
 def param_sha256(model: torch.nn.Module) -> str:
     """sha256 over all parameters as float32 bytes in ``parameters()`` order: equal iff identical."""
     digest = hashlib.sha256()
     for p in model.parameters():
-        digest.update(p.detach().to("cpu", torch.float32).contiguous().numpy().tobytes())
+        digest.update(_float32_bytes(p))
     return digest.hexdigest()
 
 
@@ -169,16 +188,6 @@ def _identity(batch: Any) -> Any:
     return batch
 
 
-def _to_device(obj: Any, device: torch.device) -> Any:
-    if isinstance(obj, torch.Tensor):
-        return obj.to(device, non_blocking=True)
-    if isinstance(obj, (list, tuple)):
-        return type(obj)(_to_device(o, device) for o in obj)
-    if isinstance(obj, dict):
-        return {k: _to_device(v, device) for k, v in obj.items()}
-    return obj
-
-
 class _ShardBatchSampler:
     """Feeds DataLoader this rank's micro-batches from ``start`` on, forever (the loop stops it)."""
 
@@ -190,22 +199,6 @@ class _ShardBatchSampler:
         while True:
             yield list(self.plan.micro_batch(m).indices)
             m += 1
-
-
-def _autocast(device: torch.device, enabled: bool) -> contextlib.AbstractContextManager[Any]:
-    if not enabled:
-        return contextlib.nullcontext()
-    return torch.autocast(device_type=device.type, dtype=torch.bfloat16)
-
-
-def _amp_supported(device: torch.device) -> bool:
-    if device.type == "cuda":
-        return bool(torch.cuda.is_bf16_supported())
-    return device.type in ("cpu", "npu")
-
-
-def _item(value: torch.Tensor | None) -> float:
-    return float(value.item()) if value is not None else 0.0
 
 
 def _grad_norm(params: list[torch.nn.Parameter], clip: float) -> torch.Tensor:
@@ -232,7 +225,9 @@ class Trainer:
         self.failure: str | None = None  # why the run stopped with EXIT_NONFINITE, for the stderr line
         self.checkpoint_step: int | None = None  # step of the checkpoint on disk, when known
         self.policy = NonfinitePolicy(cfg.nonfinite, cfg.max_nonfinite_steps)
-        self.stragglers = StragglerDetector(cfg.straggler_factor)
+        # --straggler-factor 0: no detection (the own times still travel, so every rank's all-reduce
+        # has the same length whatever its flag)
+        self.stragglers = StragglerDetector(cfg.straggler_factor) if cfg.straggler_factor else None
         self.own_seconds = 0.0  # this rank's own time of its last step (wall minus waiting for the others)
         self.straggler: int | None = None  # rank 0: the straggler last reported
 
@@ -250,15 +245,16 @@ class Trainer:
             torch.cuda.set_device(self.device)
         elif self.device.type == "npu":
             torch.npu.set_device(self.device)  # type: ignore[attr-defined]
-        if env.distributed:
-            init_process_group(env, self.backend, rendezvous_timeout=self.cfg.rendezvous_timeout,
+        if env.joins_process_group:
+            init_process_group(env, self.backend, str(self.device), rendezvous_timeout=self.cfg.rendezvous_timeout,
                                collective_timeout=self.cfg.collective_timeout)
 
     def _build_task(self) -> Task:
         cfg = self.cfg
         if cfg.entrypoint:
             return load_entrypoint(cfg.entrypoint, seed=cfg.seed)
-        return build_task(cfg.task, seed=cfg.seed, dataset_size=cfg.dataset_size, world_size=self.env.world_size)
+        return build_task(cfg.task, seed=cfg.seed, dataset_size=cfg.dataset_size, world_size=self.env.world_size,
+                          model_width=cfg.model_width)
 
     def _resolve(self, task: Task) -> None:
         cfg, d = self.cfg, task.defaults
@@ -288,6 +284,15 @@ class Trainer:
             self.total_steps = cfg.steps if cfg.steps is not None else d.get("steps", 100)
         if self.total_steps < 0:
             raise ConfigError(f"--steps must be >= 0, got {self.total_steps}")
+
+    def _setup_precision(self) -> None:
+        try:
+            self.precision, warning = setup_precision(requested_precision(self.cfg.precision, self.cfg.amp),
+                                                      self.device)
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from exc
+        if warning:
+            self.log("warning", message=f"--precision: {warning}")
 
     def _make_optimizer(self, model: torch.nn.Module) -> torch.optim.Optimizer:
         cfg = self.cfg
@@ -319,7 +324,7 @@ class Trainer:
         cfg = self.cfg
         state = checkpoint.load_checkpoint(cfg.checkpoint_dir) if cfg.checkpoint_dir and cfg.resume else None
         step = int(state["step"]) if state else 0
-        if self.env.distributed:
+        if self.env.joins_process_group:
             agree = torch.tensor([step, -step], dtype=torch.float64, device=self.device)
             all_reduce_max(agree)
             high, low = int(agree[0].item()), -int(agree[1].item())
@@ -344,6 +349,8 @@ class Trainer:
         model.load_state_dict(state["model"])
         optimizer.load_state_dict(state["optimizer"])
         torch.set_rng_state(state["rng_cpu"])
+        if self.precision.scaler is not None and "scaler" in state:
+            self.precision.scaler.load_state_dict(state["scaler"])
         saved_at = state.get("time")
         self.metrics.set_checkpoint(step, float(saved_at) if saved_at is not None else None)
         return step
@@ -374,6 +381,8 @@ class Trainer:
                 "rng_cpu": torch.get_rng_state(),
                 "time": time.time(),
             }  # fmt: skip
+            if self.precision.scaler is not None:  # the loss scale decides which fp16 steps are skipped
+                state["scaler"] = self.precision.scaler.state_dict()
             bad = checkpoint.nonfinite_entries({"model": state["model"], "optimizer": state["optimizer"]})
             if not bad:
                 checkpoint.save_checkpoint(self.cfg.checkpoint_dir, state)
@@ -419,7 +428,7 @@ class Trainer:
 
     # ---- one optimizer step --------------------------------------------------------------------
     def _step(
-        self, train_model: torch.nn.Module, task: Task, hook: CommHook | None, batches: Any, step: int,
+        self, train_model: torch.nn.Module, task: Task, hook: CommHook | None, batches: Prefetcher, step: int,
         params: list[Any],
     ) -> StepResult:
         """Forward/backward over the step's micro-batches with reduced gradients, then update."""
@@ -429,9 +438,8 @@ class Trainer:
         if self.env.rank == self.cfg.slow_rank and self.cfg.slow_seconds > 0:
             time.sleep(self.cfg.slow_seconds)  # the --slow-rank test hook: a rank that holds the gang back
         for j in range(accum):
-            waited = time.perf_counter()
-            inputs, targets = _to_device(next(batches), self.device)
-            result.data_wait += time.perf_counter() - waited
+            (inputs, targets), waited = batches.take()
+            result.data_wait += waited
             mb = self.plan.micro_batch(step * accum + j)
             result.epoch = mb.epoch
             # See the module docstring: makes the reduced gradient the exact global mean.
@@ -439,50 +447,48 @@ class Trainer:
             last = j == accum - 1
             sync = contextlib.nullcontext() if last or hook is None else train_model.no_sync()  # type: ignore[operator]
             with sync:
-                with _autocast(self.device, self.amp):
+                with self.precision.autocast():
                     loss = task.loss_fn(train_model(inputs), targets)
                 if j == 0 and self._inject_nan(step):
                     loss = loss + float("nan")  # NaN loss, finite gradient: only agreement catches it
                 if hook is not None and last:
                     hook.start_backward()
-                (loss * weight).backward()
+                self.precision.scale(loss * weight).backward()
+                batches.prefetch()  # before the step's wait: the GPU is not idle while we fetch
                 if hook is not None and last:
                     result.comm_token = hook.end_backward()
             result.loss_sum += loss.detach().float() * weight
             result.local_samples += mb.num_real
+        self.precision.unscale(self.optimizer)
         result.grad_norm = _grad_norm(params, self.cfg.clip_grad_norm)
         self._agree(result)
-        if result.nonfinite_ranks == 0:
+        if result.outcome.apply_update:
             self.optimizer.step()
         # Skipped: the gradients are dropped, so parameters and optimizer state stay as they were.
+        self.precision.update()
         self.optimizer.zero_grad(set_to_none=True)
         return result
 
     def _agree(self, r: StepResult) -> None:
-        """The step's one small all-reduce, done before the update: the loss (for the gauge and
-        logs), the stop vote (if any rank got SIGTERM, every rank stops after this same step) and
-        how many ranks saw a NaN/Inf loss or reduced gradient norm. Every rank gets the same sums
-        and so takes the same decision; deciding on the local values alone would let a rank whose
-        own loss is NaN skip the update while the others apply it. Its ``.tolist()`` is the step's
-        one host synchronisation, as before; only the update now waits for it."""
+        """The step's one small all-reduce, done before the update (agreement.py): loss, SIGTERM
+        vote, non-finite flags and own step times. Built on the device without host copies; its
+        ``.tolist()`` is the step's one host synchronisation, and only the update waits for it."""
         assert r.grad_norm is not None
-        finite = torch.isfinite(r.loss_sum) & torch.isfinite(r.grad_norm.to(self.device))
         world = self.env.world_size
+        own_slots = world if world > 1 else 0  # also with detection off: every rank's vector has one length
+        votes = torch.zeros(REDUCED_SLOTS + own_slots, dtype=r.loss_sum.dtype, device=self.device)
+        grad_norm = r.grad_norm.to(self.device, votes.dtype)
+        votes[LOSS] = r.loss_sum
+        votes[STOP] = float(self.stop.requested)  # a scalar fill: no host-to-device copy
+        votes[LOSS_NONFINITE] = (~torch.isfinite(r.loss_sum)).to(votes.dtype)
+        votes[GRAD_NONFINITE] = (~torch.isfinite(grad_norm)).to(votes.dtype)
+        if own_slots:  # one slot per rank, only ours non-zero: the sum is every rank's own time
+            votes[REDUCED_SLOTS + self.env.rank] = self.own_seconds
         r.ready_at = time.perf_counter()
-        # One slot per rank, only ours non-zero: the sum is every rank's own time (stragglers.py).
-        own = torch.zeros(world if world > 1 else 0, dtype=r.loss_sum.dtype, device=self.device)
-        if world > 1:
-            own[self.env.rank] = self.own_seconds
-        votes = torch.cat([torch.stack([
-            r.loss_sum,
-            torch.tensor(float(self.stop.requested), device=self.device),
-            (~finite).to(r.loss_sum.dtype),
-        ]), own])  # fmt: skip
-        reduced = all_reduce_sum(votes).tolist()
-        loss_total, r.stop_votes, nonfinite = reduced[:3]
-        r.loss = loss_total / world
-        r.nonfinite_ranks = round(nonfinite)
-        r.own_seconds = reduced[3:]
+        all_reduce_sum(votes)
+        unreduced = torch.stack([grad_norm, self.precision.scale_tensor().to(votes.dtype)])
+        r.agreed = read_agreement(torch.cat([votes, unreduced]).tolist(), world, own_slots,
+                                  loss_scaling=self.precision.scaler is not None)
 
     def _inject_nan(self, step: int) -> bool:
         """``--inject-nan-at-step K`` (test hook): a NaN loss in steps K .. K+N-1 (1-based, like the
@@ -494,7 +500,7 @@ class Trainer:
 
     def _loop(
         self, train_model: torch.nn.Module, model: torch.nn.Module, optimizer: torch.optim.Optimizer, task: Task,
-        hook: CommHook | None, batches: Any, start_step: int,
+        hook: CommHook | None, batches: Prefetcher, start_step: int,
     ) -> tuple[int, int, RunStats]:
         """Steps until done, until any rank got SIGTERM or until a non-finite step stops the run;
         returns (step reached, exit code, stats)."""
@@ -507,8 +513,9 @@ class Trainer:
         while step < self.total_steps:
             started = time.perf_counter()
             r = self._step(train_model, task, hook, batches, step, params)
-            loss, stop_votes = r.loss, r.stop_votes
-            verdict = self.policy.decide(r.nonfinite_ranks > 0)
+            agreed = r.outcome
+            loss, stop_votes, grad_norm = agreed.loss, agreed.stop_votes, agreed.grad_norm
+            verdict = self.policy.decide(agreed.nonfinite_ranks > 0)
             if verdict == "stop":  # before any checkpoint: the last one on disk stays the last good one
                 stats.train_seconds = time.perf_counter() - loop_started
                 self._nonfinite_stop(step + 1, r)
@@ -516,14 +523,15 @@ class Trainer:
             step += 1  # a skipped step counts: it consumed its batch (docs/trainer.md)
             if verdict == "skip":
                 self._nonfinite_skip(step, r)
+            stats.scaler_skipped += agreed.scaler_skip
             stats.record(loss, r.local_samples, r.window_real)
             interval_samples += r.window_real
             now = time.perf_counter()
             lr = optimizer.param_groups[0]["lr"]
-            grad_norm = float(r.grad_norm.item()) if r.grad_norm is not None else 0.0
             exposed = CommHook.exposed_seconds(r.comm_token)
             self.own_seconds = max(r.ready_at - started - exposed, 1e-9)
-            if self.env.rank == 0 and (times := self.stragglers.observe(r.own_seconds)) is not None:
+            if self.env.rank == 0 and self.stragglers is not None \
+                    and (times := self.stragglers.observe(agreed.own_seconds)) is not None:
                 self._report_straggler(step, times)
             self.metrics.observe_step(
                 duration=now - started, samples=r.local_samples, data_wait=r.data_wait,
@@ -553,20 +561,22 @@ class Trainer:
     def _nonfinite_skip(self, step: int, r: StepResult) -> None:
         """``--nonfinite skip``: the update of ``step`` was not applied; say so and count it."""
         self.metrics.observe_nonfinite_step()
-        self.log("nonfinite_step", level="warning", step=step, loss=r.loss, grad_norm=_item(r.grad_norm),
-                 nonfinite_ranks=r.nonfinite_ranks, consecutive=self.policy.consecutive,
+        a = r.outcome
+        self.log("nonfinite_step", level="warning", step=step, loss=a.loss, grad_norm=a.grad_norm,
+                 nonfinite_ranks=a.nonfinite_ranks, consecutive=self.policy.consecutive,
                  max_consecutive=self.policy.max_consecutive, action="skipped")
 
     def _nonfinite_stop(self, step: int, r: StepResult) -> None:
         """The run stops at ``step`` without applying it: one error event and the stderr line."""
+        a = r.outcome
         self.failure = (
-            f"non-finite loss or gradient at step {step} (loss {r.loss:g}, gradient norm {_item(r.grad_norm):g}, "
-            f"NaN/Inf on {r.nonfinite_ranks} of {self.env.world_size} rank(s)); stopped by "
+            f"non-finite loss or gradient at step {step} (loss {a.loss:g}, gradient norm {a.grad_norm:g}, "
+            f"NaN/Inf on {a.nonfinite_ranks} of {self.env.world_size} rank(s)); stopped by "
             f"{self.policy.stop_reason()} without applying the update or writing a checkpoint; "
             f"{self._kept_checkpoint()}"
         )  # fmt: skip
-        self.log("nonfinite_stop", level="error", step=step, loss=r.loss, grad_norm=_item(r.grad_norm),
-                 nonfinite_ranks=r.nonfinite_ranks, consecutive=self.policy.consecutive,
+        self.log("nonfinite_stop", level="error", step=step, loss=a.loss, grad_norm=a.grad_norm,
+                 nonfinite_ranks=a.nonfinite_ranks, consecutive=self.policy.consecutive,
                  skipped_steps=self.policy.skipped, exit_code=EXIT_NONFINITE, message=self.failure)
 
     def _hang(self, step: int, stats: RunStats, loop_started: float) -> tuple[int, int, RunStats]:
@@ -581,7 +591,7 @@ class Trainer:
         return step, EXIT_PREEMPTED, stats
 
     def _report(
-        self, model: torch.nn.Module, task: Task, amp: bool, step: int, start_step: int, code: int,
+        self, model: torch.nn.Module, task: Task, step: int, start_step: int, code: int,
         stats: RunStats,
     ) -> dict[str, Any]:
         """The per-rank report; written to ``--report`` when given."""
@@ -592,8 +602,10 @@ class Trainer:
             "samples": stats.samples, "global_samples": stats.global_samples, "train_seconds": stats.train_seconds,
             "initial_loss": stats.initial_loss, "final_loss": stats.final_loss,
             "param_sha256": param_sha256(model), "grad_reduction": cfg.grad_reduction, "grad_accum": cfg.grad_accum,
-            "batch_size": self.batch_size, "lr": self.lr, "amp": amp, "preempted": code == EXIT_PREEMPTED,
-            "exit_code": code, "skipped_steps": self.policy.skipped, "config": asdict(cfg),
+            "batch_size": self.batch_size, "lr": self.lr, "precision": self.precision.name,
+            "amp": self.precision.name != "fp32", "scaler_skipped_steps": stats.scaler_skipped,
+            "preempted": code == EXIT_PREEMPTED, "exit_code": code, "skipped_steps": self.policy.skipped,
+            "config": asdict(cfg),
         }  # fmt: skip
         if task.name == "linear":
             report["weights"] = [float(v) for v in model.get_parameter("w").detach().cpu().flatten()]
@@ -607,16 +619,14 @@ class Trainer:
         self._setup_device()
         task = self._build_task()
         self._resolve(task)
+        self._setup_precision()
         model = task.model.to(self.device)
         optimizer = self.optimizer = self._make_optimizer(model)
         start_step = self._resume(model, optimizer, task)
-        amp = self.amp = cfg.amp and _amp_supported(self.device)
-        if cfg.amp and not amp:
-            self.log("warning", message=f"--amp: bf16 autocast is not supported on {self.device}; training in float32")
 
         hook: CommHook | None = None
         train_model: torch.nn.Module = model
-        if env.distributed:
+        if env.joins_process_group:
             # DDP broadcasts rank 0's parameters here: the second guarantee (after the shared seed)
             # that every rank starts identical.
             device_ids = [self.device.index] if self.device.type in ("cuda", "npu") else None
@@ -636,11 +646,12 @@ class Trainer:
             device=str(self.device), task=task.name, job=env.job_name, restart_count=env.restart_count,
             start_step=start_step,
             total_steps=self.total_steps, batch_size=self.batch_size, global_batch_size=self.plan.window_size,
-            grad_accum=cfg.grad_accum, grad_reduction=cfg.grad_reduction, lr=self.lr, amp=amp, tail=cfg.tail,
+            grad_accum=cfg.grad_accum, grad_reduction=cfg.grad_reduction, lr=self.lr, precision=self.precision.name,
+            amp=self.precision.name != "fp32", tail=cfg.tail,
             dataset_size=self.plan.dataset_size, steps_per_epoch=self.plan.steps_per_epoch,
         )  # fmt: skip
 
-        batches = self._loader(task.dataset, start_step * cfg.grad_accum)
+        batches = Prefetcher(self._loader(task.dataset, start_step * cfg.grad_accum), self.device)
         self.stop.install()
         step, code, stats = self._loop(train_model, model, optimizer, task, hook, batches, start_step)
         # The final checkpoint: a pod restarted after success resumes there and exits at once
@@ -648,7 +659,7 @@ class Trainer:
         if code == EXIT_OK and cfg.checkpoint_dir and step > start_step \
                 and not self._save(model, optimizer, task, step, reason="final"):
             code = EXIT_NONFINITE
-        report = self._report(model, task, amp, step, start_step, code, stats)
+        report = self._report(model, task, step, start_step, code, stats)
         self.log(
             "done", steps=step, final_loss=report["final_loss"], param_sha256=report["param_sha256"],
             preempted=code == EXIT_PREEMPTED, exit_code=code, skipped_steps=self.policy.skipped,

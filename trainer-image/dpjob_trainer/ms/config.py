@@ -23,6 +23,8 @@ UNSUPPORTED: dict[str, tuple[str, Any]] = {
     "--grad-accum": ("grad_accum", 1),
     "--clip-grad-norm": ("clip_grad_norm", 0.0),
     "--amp": ("amp", False),
+    "--precision": ("precision", "fp32"),
+    "--model-width": ("model_width", None),
     "--tail": ("tail", "keep"),
     "--shuffle": ("shuffle", None),
     "--num-workers": ("num_workers", 0),

@@ -183,8 +183,8 @@ class MsTrainer:
             "param_sha256": param_sha256(params), "initial_param_sha256": first_hash,
             "param_sha256_steps": prog.hashes, "step_rows": prog.rows,
             "grad_reduction": self.cfg.grad_reduction, "grad_accum": 1, "batch_size": res.batch_size,
-            "lr": res.lr, "amp": False, "preempted": code == EXIT_PREEMPTED, "exit_code": code,
-            "skipped_steps": 0, "config": asdict(self.cfg),
+            "lr": res.lr, "amp": False, "precision": "fp32", "preempted": code == EXIT_PREEMPTED,
+            "exit_code": code, "skipped_steps": 0, "scaler_skipped_steps": 0, "config": asdict(self.cfg),
             "params": {p.name: [float(v) for v in p.asnumpy().ravel()] for p in params},
         }
         if task.name == "linear":

@@ -1,0 +1,38 @@
+"""`make gpu-check` cannot rot: the same script runs here on CPU (torchrun, gloo, a tiny
+transformer) and must print every row for every precision with ratios that are numbers in a
+sane range. About a minute on 2 cores (nine torchrun launches), hence e2e, not unit."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from tests.support.paths import REPO
+
+pytestmark = pytest.mark.e2e
+pytest.importorskip("torch")
+
+ROWS = ("ours", "bare", "ours-no-metrics", "ours/bare", "ours-no-metrics/bare", "metrics overhead")
+
+
+def test_the_gpu_check_runs_on_cpu_and_prints_every_row():
+    done = subprocess.run([sys.executable, str(REPO / "bench" / "gpu_check.py"), "--device", "cpu",
+                           "--window-steps", "5", "--windows", "3", "--warmup-windows", "1"],
+                          capture_output=True, text=True, timeout=400, cwd=REPO)
+    assert done.returncode == 0, done.stdout + done.stderr[-3000:]
+    rows: dict[tuple[str, str], str] = {}
+    for line in done.stdout.splitlines():
+        if line.startswith(("gpu-check:", "precision ")):  # notes and the header
+            continue
+        precision, rest = line.split(maxsplit=1)
+        name, value = rest[:22].strip(), rest[22:].split()[0]
+        rows[(precision, name)] = value
+    assert set(rows) == {(p, r) for p in ("fp32", "bf16", "fp16") for r in ROWS}, done.stdout
+    for precision in ("fp32", "bf16", "fp16"):
+        assert all(float(rows[(precision, run)]) > 0 for run in ROWS[:3]), done.stdout
+        # A loaded 2-core machine moves these by tens of percent; a broken timing moves them by 10x.
+        assert 0.1 < float(rows[(precision, "ours/bare")]) < 10, done.stdout
+        assert 0.1 < float(rows[(precision, "ours-no-metrics/bare")]) < 10, done.stdout
+        assert -100 < float(rows[(precision, "metrics overhead")].rstrip("%")) < 90, done.stdout
