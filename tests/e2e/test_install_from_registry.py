@@ -18,7 +18,7 @@ import pytest
 
 from devcluster import publish, realnode, registry, stack
 from tests.support import cluster as dpj
-from tests.support.helm import helm, helm_binary
+from tests.support.helm import helm, helm_binary, release_name
 from tests.support.paths import KUBECONFIG, REPO
 
 pytestmark = pytest.mark.e2e
@@ -77,12 +77,14 @@ def install(tmp_path: Path, release: str, namespace: str, watched: str) -> None:
 
 def test_a_user_installs_from_the_registry_and_the_quickstart_trains(
         api, core, namespace, tmp_path, released, only_this_install, request):
-    release, operator_ns = "dpjob", f"{namespace}-system"
+    # A release name of its own: the dev cluster's release `dpjob` owns the cluster-scoped objects
+    # named after it (a second install in one cluster needs another name, docs/install.md).
+    release, operator_ns = release_name(), f"{namespace}-system"
     request.addfinalizer(lambda: (helm("uninstall", release, "-n", operator_ns, "--wait", kubeconfig=KUBECONFIG,
                                        check=False), dpj.kubectl("delete", "namespace", operator_ns, "--wait=false",
                                                                  check=False)))
     install(tmp_path, release, operator_ns, watched=namespace)
-    [pod] = core.list_namespaced_pod(operator_ns, label_selector="app.kubernetes.io/instance=dpjob").items
+    [pod] = core.list_namespaced_pod(operator_ns, label_selector=f"app.kubernetes.io/instance={release}").items
     assert pod.spec.containers[0].image == f"{registry.DEV_REPOSITORY}/dpjob-operator:{VERSION}"
     assert pod.status.container_statuses[0].image_id.startswith(f"{registry.DEV_REPOSITORY}/dpjob-operator@sha256:")
 
