@@ -32,7 +32,8 @@ def test_the_gpu_check_runs_on_cpu_and_prints_every_row():
     assert set(rows) == {(p, r) for p in ("fp32", "bf16", "fp16") for r in ROWS}, done.stdout
     for precision in ("fp32", "bf16", "fp16"):
         assert all(float(rows[(precision, run)]) > 0 for run in ROWS[:3]), done.stdout
-        # A loaded 2-core machine moves these by tens of percent; a broken timing moves them by 10x.
-        assert 0.1 < float(rows[(precision, "ours/bare")]) < 10, done.stdout
-        assert 0.1 < float(rows[(precision, "ours-no-metrics/bare")]) < 10, done.stdout
-        assert -100 < float(rows[(precision, "metrics overhead")].rstrip("%")) < 90, done.stdout
+        # Windows of a few steps on a loaded 2-core machine move these by up to 2-3x; a broken
+        # timing (a unit mixed up, a window not timed) moves them by orders of magnitude.
+        assert 0.05 < float(rows[(precision, "ours/bare")]) < 20, done.stdout
+        assert 0.05 < float(rows[(precision, "ours-no-metrics/bare")]) < 20, done.stdout
+        assert float(rows[(precision, "metrics overhead")].rstrip("%")) < 95, done.stdout
