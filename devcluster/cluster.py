@@ -44,8 +44,9 @@ APISERVER_PORT = int(os.environ.get("DPJOB_APISERVER_PORT", "16443"))
 SERVICE_CIDR = "10.96.0.0/16"
 POD_CIDR = os.environ.get("DPJOB_POD_CIDR", "10.244.0.0/16")  # 65k pod IPs: room for thousands of pods
 # Kubernetes' own gang scheduling (Workload and PodGroup, scheduling.k8s.io/v1alpha2; alpha in 1.35+).
-# DPJOB_GANG_SCHEDULING=0 brings the cluster up without it, like most clusters today.
-GANG_SCHEDULING = os.environ.get("DPJOB_GANG_SCHEDULING", "1") not in ("0", "false", "no")
+# DPJOB_CLUSTER_GANG_SCHEDULING=0 brings the cluster up without it, like most clusters today (the
+# operator's own DPJOB_GANG_SCHEDULING, auto | disabled, is another setting: whether it uses the API).
+GANG_SCHEDULING = os.environ.get("DPJOB_CLUSTER_GANG_SCHEDULING", "1") not in ("0", "false", "no")
 GANG_FEATURE_GATES = (["--feature-gates=GenericWorkload=true,GangScheduling=true,TopologyAwareWorkloadScheduling=true"]
                       if GANG_SCHEDULING else [])
 # Real nodes (kubelet + containerd): DPJOB_REAL_NODES=0 brings the cluster up with kwok pools only.

@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
+from dpjob_operator.api.tolerations import tolerates as toleration_tolerates
+
 _BINARY = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}
 _DECIMAL = {"n": Decimal("1e-9"), "u": Decimal("1e-6"), "m": Decimal("1e-3"), "k": Decimal(1000),
             "M": Decimal(10**6), "G": Decimal(10**9), "T": Decimal(10**12), "P": Decimal(10**15),
@@ -46,14 +48,8 @@ def pod_requests(pod_spec: Mapping[str, Any]) -> dict[str, Decimal]:
 
 
 def tolerates(tolerations: Sequence[Mapping[str, Any]], taint: Mapping[str, Any]) -> bool:
-    for tol in tolerations:
-        if tol.get("effect") and tol.get("effect") != taint.get("effect"):
-            continue
-        if tol.get("operator") == "Exists" and (not tol.get("key") or tol.get("key") == taint.get("key")):
-            return True
-        if tol.get("key") == taint.get("key") and str(tol.get("value") or "") == str(taint.get("value") or ""):
-            return True
-    return False
+    """The scheduler's rule, the operator's own implementation: the CLI and the operator agree."""
+    return any(toleration_tolerates(tol, taint) for tol in tolerations)
 
 
 def eligible(node: Mapping[str, Any], pod_spec: Mapping[str, Any]) -> bool:

@@ -28,7 +28,7 @@ def _reserve_gpu_nodes(core, namespace: str, count: int):
     """``count`` 8-GPU kwok nodes reserved for one test by a taint and a label; the first half in
     rack a, the rest in rack b. Yields the tag; deletes the test's jobs, then the nodes."""
     if not devcluster.GANG_SCHEDULING:
-        pytest.skip("the cluster was brought up with DPJOB_GANG_SCHEDULING=0")
+        pytest.skip("the cluster was brought up with DPJOB_CLUSTER_GANG_SCHEDULING=0")
     tag = uuid.uuid4().hex[:6]
     gpu = next(p for p in devcluster.default_pools() if p.name == "gpu")
     names = []

@@ -176,3 +176,20 @@ def test_with_a_topology_key_the_gang_must_fit_in_one_domain():
     cap = gang_capacity(nodes, [], rank_pod_spec(cpu="1"), needed=3, topology_key="rack")
     assert (cap.fits, cap.room) == (False, 2)
     assert gang_capacity(nodes, [], rank_pod_spec(cpu="1"), needed=3).fits
+
+
+@pytest.mark.parametrize(("tolerations", "taint", "expected"), [
+    ([{}], {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}, False),  # an empty toleration
+    ([{"operator": "Exists"}], {"key": "anything", "effect": "NoExecute"}, True),  # empty key + Exists: all
+    ([{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
+     {"key": "nvidia.com/gpu", "value": "present", "effect": "NoExecute"}, False),  # another effect
+    ([{"key": "k", "value": "v"}], {"key": "k", "value": "v", "effect": "NoSchedule"}, True),  # Equal by default
+    ([{"key": "k", "value": "w"}], {"key": "k", "value": "v", "effect": "NoSchedule"}, False),
+])
+def test_the_cli_and_the_operator_agree_on_which_taints_a_pod_tolerates(tolerations, taint, expected):
+    """`dpjob explain` says whether a gang fits; the operator says why it does not: one rule."""
+    from dpjob_cli.capacity import tolerates as cli_tolerates
+    from dpjob_operator.api.tolerations import untolerated
+
+    assert cli_tolerates(tolerations, taint) is expected
+    assert (untolerated([taint], tolerations) == []) is expected
