@@ -64,6 +64,7 @@ test-unit: ## unit tests only (no cluster)
 test-mindspore: ## the MindSpore backend's tests (unit + msrun e2e) with its own venv; no cluster
 	@venv=$$(bash devcluster/venv-mindspore.sh | tail -1); PYTHONPATH=$(CURDIR)/trainer-image:$(CURDIR) \
 	  bash devcluster/pytest.sh "$$venv/bin/python" -m mindspore tests/unit/test_trainer_mindspore.py \
+	  tests/unit/test_trainer_mindspore_metrics.py \
 	  tests/e2e/test_mindspore_local.py $(PYTEST_ARGS)
 
 # lint comes before cluster-up so a lint failure is reported in seconds, before any cluster work.

@@ -25,6 +25,7 @@ sys.path.insert(0, str(REPO))
 
 from kubernetes import client, config  # noqa: E402
 
+from devcluster.kwok_pools import DECLARED_FEATURES  # noqa: E402
 from tests.support.cluster import kubectl  # noqa: E402
 from tests.support.operator import OperatorProcess  # noqa: E402
 from tests.support.paths import DEVCLUSTER, KUBECONFIG  # noqa: E402
@@ -42,7 +43,8 @@ def ensure_nodes(core: client.CoreV1Api, pool: str, count: int, extra: dict[str,
     nodes = [{"apiVersion": "v1", "kind": "Node",
               "metadata": {"name": f"bench-{pool}-{i}", "annotations": {"kwok.x-k8s.io/node": "fake"},
                            "labels": {**labels, "kubernetes.io/hostname": f"bench-{pool}-{i}"}},
-              "spec": {"taints": taints}, "status": {"capacity": capacity, "allocatable": capacity}}
+              "spec": {"taints": taints},
+              "status": {"capacity": capacity, "allocatable": capacity, "declaredFeatures": list(DECLARED_FEATURES)}}
              for i in range(count)]
     kubectl("apply", "-f", "-", stdin=json.dumps({"apiVersion": "v1", "kind": "List", "items": nodes}))
 
@@ -122,6 +124,26 @@ def with_operator(env: dict[str, str], fn):
         op.stop()
 
 
+def _print_results(results: dict, sizes: list[int]) -> None:
+    """The scale table with its sequential/parallel and gang/no-gang ratios, then the rank-table times."""
+    print(f"{'mode':15s} {'ranks':>6s} {'all created (s)':>16s} {'all Running (s)':>16s}")
+    for row in results["scale"]:
+        print(f"{row['mode']:15s} {row['replicas']:6d} {row['created_s'] or float('nan'):16.2f} "
+              f"{row['running_s'] or float('nan'):16.2f}")
+    for n in sizes:
+        par = next(r for r in results["scale"] if r["replicas"] == n and r["mode"].startswith("parallel"))
+        seq = next(r for r in results["scale"] if r["replicas"] == n and r["mode"].startswith("sequential"))
+        if par["created_s"] and seq["created_s"]:
+            ratio = seq["created_s"] / par["created_s"]
+            print(f"ratio sequential/parallel, {n} ranks, time to all created: {ratio:.2f}x")
+        flat = next(r for r in results["scale"] if r["replicas"] == n and r["mode"].startswith("no-gang"))
+        if par["running_s"] and flat["running_s"]:
+            print(f"ratio gang/no-gang, {n} ranks, time to all Running: {par['running_s'] / flat['running_s']:.2f}x")
+    print(f"\n{'NPU pods':>8s} {'last Running -> table completed (s)':>36s} {'apply -> table (s)':>20s}")
+    for row in results["ranktable"]:
+        print(f"{row['pods']:8d} {row['table_after_last_running_s']!s:>36s} {row.get('apply_to_table_s')!s:>20s}")
+
+
 def main() -> int:
     import signal
 
@@ -159,22 +181,7 @@ def main() -> int:
     finally:
         core.delete_namespace(ns)
 
-    print(f"{'mode':15s} {'ranks':>6s} {'all created (s)':>16s} {'all Running (s)':>16s}")
-    for row in results["scale"]:
-        print(f"{row['mode']:15s} {row['replicas']:6d} {row['created_s'] or float('nan'):16.2f} "
-              f"{row['running_s'] or float('nan'):16.2f}")
-    for n in sizes:
-        par = next(r for r in results["scale"] if r["replicas"] == n and r["mode"].startswith("parallel"))
-        seq = next(r for r in results["scale"] if r["replicas"] == n and r["mode"].startswith("sequential"))
-        if par["created_s"] and seq["created_s"]:
-            ratio = seq["created_s"] / par["created_s"]
-            print(f"ratio sequential/parallel, {n} ranks, time to all created: {ratio:.2f}x")
-        flat = next(r for r in results["scale"] if r["replicas"] == n and r["mode"].startswith("no-gang"))
-        if par["running_s"] and flat["running_s"]:
-            print(f"ratio gang/no-gang, {n} ranks, time to all Running: {par['running_s'] / flat['running_s']:.2f}x")
-    print(f"\n{'NPU pods':>8s} {'last Running -> table completed (s)':>36s} {'apply -> table (s)':>20s}")
-    for row in results["ranktable"]:
-        print(f"{row['pods']:8d} {row['table_after_last_running_s']!s:>36s} {row.get('apply_to_table_s')!s:>20s}")
+    _print_results(results, sizes)
     out = REPO / "bench" / "results"
     out.mkdir(parents=True, exist_ok=True)
     (out / "operator.json").write_text(json.dumps(results, indent=2))

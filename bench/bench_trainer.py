@@ -45,9 +45,11 @@ sys.path.insert(0, str(ROOT))
 
 import torch  # noqa: E402
 
+from dpjob_trainer.config import TrainConfig  # noqa: E402
 from dpjob_trainer.env import parse_env  # noqa: E402
 from dpjob_trainer.metrics import NullMetrics, TrainerMetrics  # noqa: E402
-from dpjob_trainer.train import StopFlag, TrainConfig, Trainer  # noqa: E402
+from dpjob_trainer.stop_flag import StopFlag  # noqa: E402
+from dpjob_trainer.train import Trainer  # noqa: E402
 from tests.support.ports import free_port  # noqa: E402
 
 WORKLOADS = [  # (name, task, per-rank batch)

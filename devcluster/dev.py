@@ -25,6 +25,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from devcluster import cluster, doctor, publish, registry, stack  # noqa: E402
+from devcluster.kube import kubectl  # noqa: E402
 
 NAMESPACE = "dpjob-dev"
 EXAMPLE = REPO / "examples" / "quickstart-cpu.yaml"
@@ -40,20 +41,6 @@ def fail(msg: str) -> None:
     print(f"make dev: {msg}", file=sys.stderr, flush=True)
     raise SystemExit(1)
 
-
-def kubectl(*args: str, check: bool = True) -> subprocess.CompletedProcess:
-    try:
-        return stack.kubectl(*args, check=check)
-    except RuntimeError as e:
-        fail(str(e))
-        raise
-
-
-def apply_crds() -> None:
-    try:
-        stack.apply_crds()
-    except RuntimeError as e:
-        fail(str(e))
 
 
 def ensure_namespace(name: str, timeout: float = 120) -> None:
@@ -124,7 +111,7 @@ def simulate(args: argparse.Namespace, t0: float) -> int:
     if subprocess.run([sys.executable, str(REPO / "devcluster" / "cluster.py"), "up", "--bin-dir", args.bin_dir,
                        "--python", sys.executable], env=env).returncode != 0:
         fail("the control plane did not come up either")
-    apply_crds()
+    stack.apply_crds()
     if not cluster.alive(cluster.read_pid("operator")):
         cluster.start("operator", [sys.executable, "-m", "dpjob_operator"],
                       env={"KUBECONFIG": str(cluster.KUBECONFIG), "PYTHONPATH": stack.source_pythonpath(),
@@ -138,7 +125,7 @@ def simulate(args: argparse.Namespace, t0: float) -> int:
     ensure_namespace(NAMESPACE)
     kubectl("delete", "dpj", name, "-n", NAMESPACE, "--ignore-not-found", "--wait=true", "--timeout=120s")
     say(f"{SIMULATION}: applying {EXAMPLE.relative_to(REPO)} onto kwok nodes")
-    stack.kubectl("apply", "-n", NAMESPACE, "-f", "-", stdin=json.dumps(job))
+    kubectl("apply", "-n", NAMESPACE, "-f", "-", stdin=json.dumps(job))
     status: dict = {}
     deadline = time.monotonic() + 180
     while time.monotonic() < deadline and status.get("phase") not in ("Succeeded", "Failed"):
@@ -152,28 +139,32 @@ def simulate(args: argparse.Namespace, t0: float) -> int:
 
 
 def link_cli() -> None:
-    """``dpjob`` and ``kubectl-dpj`` beside kubectl and helm in .devcluster/bin: one PATH entry."""
-    for tool in ("dpjob", "kubectl-dpj"):
+    """``dpjob``, ``kubectl-dpj`` and its completion ``kubectl_complete-dpj`` beside kubectl and helm in
+    .devcluster/bin: one PATH entry."""
+    for tool in ("dpjob", "kubectl-dpj", "kubectl_complete-dpj"):
         link, target = cluster.BIN / tool, Path(sys.executable).parent / tool
         if target.exists():
             link.unlink(missing_ok=True)
             link.symlink_to(target)
 
 
-def main() -> int:
+def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--bin-dir", required=True)
     parser.add_argument("--timeout", type=float, default=900)
-    args = parser.parse_args()
-    t0 = time.monotonic()
+    return parser.parse_args()
 
+
+def start_cluster(args: argparse.Namespace) -> bool:
+    """Start (or reuse) the cluster with its real node; False when only the real node failed, so
+    the run falls back to a simulation. Any other failure ends the run with one clear line."""
     say("starting the cluster: control plane, kwok node pools and a real node (kubelet + containerd); "
         "the first run builds the images (several minutes)")
     up = subprocess.run([sys.executable, str(REPO / "devcluster" / "cluster.py"), "up", "--bin-dir", args.bin_dir,
                          "--python", sys.executable])
     if up.returncode != 0:
         if cluster.NODES and control_plane_up():
-            return simulate(args, t0)
+            return False
         fail("the cluster did not come up (the line above says which step failed and how to fix it)")
     say("built and cached (reused by every later run and by make test):")
     for line in doctor.cache_summary():
@@ -181,26 +172,25 @@ def main() -> int:
     if not cluster.NODES:
         fail("DPJOB_REAL_NODES=0: this cluster has no node that runs containers, so no job can train; "
              "unset it (the kwok pools only simulate pods)")
-    apply_crds()
+    return True
+
+
+def install_stack() -> None:
+    """The CRDs, the CLI beside kubectl, the operator from the registry and Prometheus."""
+    stack.apply_crds()
     link_cli()
     say(f"installing the operator from the registry: helm install {stack.RELEASE} "
         f"oci://{registry.DEV_REPOSITORY}/charts/dpjob-operator --version {publish.source_version()} "
         f"-n {stack.OPERATOR_NAMESPACE}")
-    try:
-        image = stack.install_operator()
-    except RuntimeError as e:
-        fail(str(e))
+    image = stack.install_operator()
     say(f"operator Ready ({image})")
     say(f"starting Prometheus 3 on http://127.0.0.1:{PROM_PORT} (discovers the operator and trainer pods "
         "through the API server)")
-    try:
-        stack.start_prometheus(PROM_PORT)
-    except RuntimeError as e:
-        fail(str(e))
+    stack.cluster_prometheus(PROM_PORT)
 
-    job = yaml.safe_load(EXAMPLE.read_text())
-    name = job["metadata"]["name"]
-    ranks = int(job["spec"]["replicas"])
+
+def apply_example(name: str) -> None:
+    """Apply the quickstart unchanged, as a user would, replacing a job left by an earlier run."""
     ensure_namespace(NAMESPACE)
     if kubectl("get", "dpj", name, "-n", NAMESPACE, check=False).returncode == 0:
         say(f"deleting the previous {name} job")
@@ -208,8 +198,11 @@ def main() -> int:
     say(f"kubectl apply -n {NAMESPACE} -f {EXAMPLE.relative_to(REPO)}")
     kubectl("apply", "-n", NAMESPACE, "-f", str(EXAMPLE))
 
+
+def follow(name: str, timeout: float, t0: float) -> dict:
+    """Print the job's progress as it changes until it ends or ``timeout`` passes; its last status."""
     last = ""
-    deadline = time.monotonic() + args.timeout
+    deadline = time.monotonic() + timeout
     status: dict = {}
     gang_said = False
     while time.monotonic() < deadline:
@@ -227,7 +220,11 @@ def main() -> int:
         if status.get("phase") in ("Succeeded", "Failed"):
             break
         time.sleep(2)
+    return status
 
+
+def report(name: str, ranks: int, status: dict) -> None:
+    """The outcome as a user would check it: the job, its pods, each rank's log, Prometheus."""
     print()
     say(f"{name}: {status.get('phase')} ({status.get('reason')}): {status.get('message')}")
     print(kubectl("get", "dpj", "-n", NAMESPACE, "-o", "wide").stdout)
@@ -244,6 +241,9 @@ def main() -> int:
             print(f"    Prometheus saw {float(seen[0]['value'][1]):.0f} samples trained across ranks")
     except (OSError, ValueError):
         pass
+
+
+def where_to_look(name: str, t0: float) -> None:
     bin_dir = cluster.BIN
     print(f"""
 Where to look next:
@@ -259,9 +259,27 @@ Where to look next:
   dashboards:  helm/dpjob-operator/dashboards/*.json (import into Grafana, datasource = this Prometheus)
   stop all:    make cluster-down
 make dev took {time.monotonic() - t0:.0f}s""")
+
+
+def main() -> int:
+    args = parse_args()
+    t0 = time.monotonic()
+    if not start_cluster(args):
+        return simulate(args, t0)
+    install_stack()
+    job = yaml.safe_load(EXAMPLE.read_text())
+    name = job["metadata"]["name"]
+    ranks = int(job["spec"]["replicas"])
+    apply_example(name)
+    status = follow(name, args.timeout, t0)
+    report(name, ranks, status)
+    where_to_look(name, t0)
     return 0 if status.get("phase") == "Succeeded" else 1
 
 
 if __name__ == "__main__":
     os.environ.setdefault("PYTHONUNBUFFERED", "1")
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except RuntimeError as e:  # kubectl, helm or Prometheus failed: one clear line, not a traceback
+        fail(str(e))

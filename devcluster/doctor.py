@@ -149,14 +149,8 @@ def buildah_images() -> set[str]:
     return {line.strip() for line in out.splitlines()}
 
 
-def main() -> int:
-    rows: list[tuple[bool, str, str, str]] = []  # ok, what, version or state, how to fix
-
-    def add(ok: bool, what: str, detail: str, fix: str = "") -> None:
-        rows.append((ok, what, detail, fix))
-
-    machine(add)
-    go_toolchain(add)
+def system_packages(add: Add) -> None:
+    """python3, gcc and the Debian packages devcluster/sysdeps.sh installs."""
     add(True, "python3", sys.version.split()[0])
     add(bool(shutil.which("gcc")), "gcc", run("gcc", "-dumpfullversion") or "missing",
         "apt-get install -y gcc libc6-dev")
@@ -168,6 +162,9 @@ def main() -> int:
             add(bool(version), f"debian:{pkg} ({group})", version or "missing",
                 f"make dev/test install it (bash devcluster/sysdeps.sh {group})")
 
+
+def built_binaries(add: Add) -> None:
+    """The binaries devcluster/build.sh builds from Go modules, at the versions it names."""
     versions = {v: script_var("build.sh", v) for v in ("K8S_VERSION", "ETCD_VERSION", "KWOK_VERSION", "HELM_VERSION",
                                                        "COREDNS_VERSION", "PROMETHEUS_MODULE_VERSION",
                                                        "PROMETHEUS_OPERATOR_VERSION", "REGISTRY_VERSION")}
@@ -187,22 +184,37 @@ def main() -> int:
         add(path.exists(), f"built:{tool}", f"{version} {path}" if path.exists() else "not built",
             "bash devcluster/build.sh")
 
+
+def environment_and_images(add: Add) -> None:
+    """The Python environment of requirements.lock and the images devcluster/images.sh builds."""
     lock = hashlib.sha256((REPO / "requirements.lock").read_bytes()).hexdigest()[:12]
     venv = CACHE / f"venv-{lock}"
     add((venv / ".complete").exists(), "venv", str(venv) if venv.exists() else "not created",
         "bash devcluster/venv.sh (downloads torch: a few minutes)")
-
     built = buildah_images()
     for image in ("pause", "coredns", "operator", "trainer", "prometheus", "prometheus-config-reloader",
                   "prometheus-operator"):
         add(f"localhost/dpjob/{image}" in built, f"image:{image}", "built" if f"localhost/dpjob/{image}" in built
             else "not built", "bash devcluster/images.sh " + image)
+
+
+def kernel(add: Add) -> None:
     cgroup = "v2" if Path("/sys/fs/cgroup/cgroup.controllers").exists() and \
         Path("/sys/fs/cgroup/cgroup.controllers").read_text().strip() else "v1"
     add(True, "kernel", f"{os.uname().release}, cgroup {cgroup}")
     bridge_nf = Path("/proc/sys/net/bridge/bridge-nf-call-iptables")
     add(bridge_nf.exists(), "kernel:br_netfilter", "on" if bridge_nf.exists() else "missing",
         "modprobe br_netfilter (Services between pods on the node's bridge need it)")
+
+
+def main() -> int:
+    rows: list[tuple[bool, str, str, str]] = []  # ok, what, version or state, how to fix
+
+    def add(ok: bool, what: str, detail: str, fix: str = "") -> None:
+        rows.append((ok, what, detail, fix))
+
+    for check in (machine, go_toolchain, system_packages, built_binaries, environment_and_images, kernel):
+        check(add)
 
     width = max(len(r[1]) for r in rows)
     for ok, what, detail, fix in rows:

@@ -4,8 +4,9 @@
 #   ruff     lint (pyproject.toml [tool.ruff]) over every Python directory
 #   imports  layer contracts (pyproject.toml [tool.importlinter]): pure api/builders/reconcile, the
 #            kubernetes client only under k8s/, trainer and operator independent
-#   mypy     --strict over the operator, the trainer and the CLI
-#   sizes    no operator/CLI module over 300 lines, no function over 50 (devcluster/sizes.py)
+#   mypy     --strict over the operator, the trainer, the CLI and examples/*.py
+#   sizes    no module over 300 lines, no function over 50, in every Python folder but tests/
+#            (devcluster/sizes.py)
 #
 # Usage: bash devcluster/lint.sh [ruff|imports|mypy|sizes ...]   (no argument: all four)
 # Every step runs even after one fails, so one run shows everything to fix. Quiet when a step
@@ -16,8 +17,8 @@ cd "$ROOT"
 VENV=${DPJOB_VENV:-$(bash devcluster/venv.sh | tail -1)}
 # Directories that exist in this checkout (cli/ may not yet).
 existing() { local d; for d in "$@"; do [ -d "$d" ] && printf '%s\n' "$d"; done; return 0; }
-mapfile -t LINT_DIRS < <(existing operator trainer-image cli tests devcluster bench helm)
-mapfile -t TYPED_PKGS < <(existing operator/dpjob_operator trainer-image/dpjob_trainer cli/dpjob_cli)
+mapfile -t LINT_DIRS < <(existing operator trainer-image cli tests devcluster bench helm examples)
+mapfile -t TYPED_PKGS < <(existing operator/dpjob_operator trainer-image/dpjob_trainer cli/dpjob_cli examples)
 # The packages are importable from source even before the editable install knows about cli/.
 export PYTHONPATH="$ROOT/operator:$ROOT/trainer-image:$ROOT/cli${PYTHONPATH:+:$PYTHONPATH}"
 

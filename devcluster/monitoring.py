@@ -15,7 +15,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import yaml
@@ -23,7 +22,9 @@ import yaml
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from devcluster import cluster, realnode, stack  # noqa: E402
+from devcluster import realnode, stack  # noqa: E402
+from devcluster.kube import kubectl  # noqa: E402
+from devcluster.waits import wait_until  # noqa: E402
 
 NAMESPACE = "monitoring"
 PROMETHEUS = "dpjob-dev"
@@ -103,32 +104,25 @@ def prometheus_manifests(upstream: Path, image: str, version: str) -> list[dict]
 
 
 def _apply(docs: list[dict]) -> None:
-    cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", "-",
+    kubectl("apply", "--server-side", "--force-conflicts", "-f", "-",
                     stdin=json.dumps({"apiVersion": "v1", "kind": "List", "items": docs}))
 
-
-def _wait(what: str, check, timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if check():
-            return
-        time.sleep(1)
-    raise RuntimeError(f"timed out after {timeout:.0f}s waiting for {what}")
 
 
 def install() -> str:
     """Install (or update) the stack; returns Prometheus' URL (its pod IP, reachable from the host)."""
     upstream = _upstream_dir()
     images = stack.node_images(*IMAGES)
-    cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(upstream / "crds"))
+    kubectl("apply", "--server-side", "--force-conflicts", "-f", str(upstream / "crds"))
     for crd in ("prometheuses", "servicemonitors", "podmonitors"):
         # A poll, not `kubectl wait`: that errors out when it reads the CRD a moment too early.
-        _wait(f"CRD {crd}.monitoring.coreos.com Established", lambda crd=crd: cluster.kubectl(
+        wait_until(lambda crd=crd: kubectl(
             "get", "crd", f"{crd}.monitoring.coreos.com", "-o",
-            "jsonpath={.status.conditions[?(@.type=='Established')].status}", check=False).stdout == "True", 60)
+            "jsonpath={.status.conditions[?(@.type=='Established')].status}", check=False).stdout == "True",
+            60, 1, what=f"CRD {crd}.monitoring.coreos.com Established")
     _apply([{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}}])
     _apply(operator_manifests(upstream, images))
-    out = cluster.kubectl("-n", NAMESPACE, "rollout", "status", "deployment/prometheus-operator", "--timeout=120s",
+    out = kubectl("-n", NAMESPACE, "rollout", "status", "deployment/prometheus-operator", "--timeout=120s",
                           check=False)
     if out.returncode != 0:
         raise RuntimeError(f"the Prometheus Operator did not start: {out.stderr.strip()}")
@@ -136,11 +130,11 @@ def install() -> str:
     _apply(prometheus_manifests(upstream, images["prometheus"], version))
 
     def ready() -> bool:
-        out = cluster.kubectl("-n", NAMESPACE, "get", "statefulset", f"prometheus-{PROMETHEUS}",
+        out = kubectl("-n", NAMESPACE, "get", "statefulset", f"prometheus-{PROMETHEUS}",
                               "-o", "jsonpath={.status.readyReplicas}", check=False)
         return out.returncode == 0 and out.stdout == "1"
 
-    _wait("the operator's Prometheus StatefulSet", ready, 180)
-    ip = cluster.kubectl("-n", NAMESPACE, "get", "pod", f"prometheus-{PROMETHEUS}-0",
+    wait_until(ready, 180, 1, what="the operator's Prometheus StatefulSet")
+    ip = kubectl("-n", NAMESPACE, "get", "pod", f"prometheus-{PROMETHEUS}-0",
                          "-o", "jsonpath={.status.podIP}").stdout
     return f"http://{ip}:9090"

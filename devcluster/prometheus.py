@@ -6,8 +6,11 @@ metrics from the test process), or Kubernetes pod discovery through the API serv
 (:func:`render_cluster_config`), with the same relabelling as the chart's PodMonitor and
 ServiceMonitor, for pods on the dev cluster's real nodes.
 
-Stdlib only. The tests use it to prove that the operator's and the trainer's metrics are
-scraped and that every panel query of the chart's dashboards returns data:
+Stdlib only. The configurations live in ``prometheus_config``, the HTTP API's reads in
+``prometheus_api`` and the dashboards' panel queries in ``dashboards``; this module starts and
+stops the process and re-exports the rest, so callers need one name. The tests use it to prove
+that the operator's and the trainer's metrics are scraped and that every panel query of the
+chart's dashboards returns data:
 
     proc = start_prometheus(port=19090, operator_targets=["127.0.0.1:8080"],
                             trainer_targets=["127.0.0.1:9090", "127.0.0.1:9091"],
@@ -29,28 +32,37 @@ CLI: ``python3 devcluster/prometheus.py --port 19090 --operator 127.0.0.1:8080 -
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import re
 import shutil
 import signal
 import subprocess
+import sys
 import tempfile
 import time
 import urllib.error
-import urllib.parse
 import urllib.request
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-DASHBOARD_DIR = REPO / "helm" / "dpjob-operator" / "dashboards"
-OPERATOR_JOB = "dpjob-operator"
-TRAINER_JOB = "dpjob-trainers"
+sys.path.insert(0, str(REPO))  # run as a script, devcluster/ is on the path, not the repository
 
-# What Grafana would substitute for its built-in interval variables at a 1 s scrape interval.
-BUILTINS = {"__rate_interval": "30s", "__interval": "5s", "__range": "5m", "__interval_ms": "5000",
-            "__range_s": "300"}
+from devcluster.dashboards import BUILTINS, DASHBOARD_DIR, dashboard_queries, substitute  # noqa: E402
+from devcluster.prometheus_api import config, query, query_range, targets, wait_targets_up  # noqa: E402
+from devcluster.prometheus_config import (  # noqa: E402
+    OPERATOR_JOB,
+    OPERATOR_RELABEL,
+    TRAINER_JOB,
+    TRAINER_RELABEL,
+    render_cluster_config,
+    render_config,
+)
+
+# What the tests, devcluster/stack.py and the CLI below read from here.
+__all__ = ["BUILTINS", "CLUSTER_FLAGS", "DASHBOARD_DIR", "OPERATOR_JOB", "OPERATOR_RELABEL", "STANDALONE_FLAGS",
+           "TRAINER_JOB", "TRAINER_RELABEL", "config", "dashboard_queries", "main", "prometheus_binary", "query",
+           "query_range", "render_cluster_config", "render_config", "start_prometheus", "stop", "substitute",
+           "targets", "wait_ready", "wait_targets_up"]
 
 
 def prometheus_binary() -> str:
@@ -63,115 +75,44 @@ def prometheus_binary() -> str:
     return str(Path(out.stdout.strip().splitlines()[-1]) / "prometheus")
 
 
-# ---- configuration -------------------------------------------------------------------------
+# Flags after the config, storage and listen address: a standalone Prometheus (tests, the CLI) keeps
+# a day and can be reloaded; the dev cluster's keeps Prometheus' defaults.
+STANDALONE_FLAGS = ("--storage.tsdb.retention.time=1d", "--web.enable-lifecycle", "--log.level=warn")
+CLUSTER_FLAGS = ("--log.level=warn",)
 
-def _yaml_list(items: Iterable[str]) -> str:
-    return "[" + ", ".join(json.dumps(i) for i in items) + "]"
-
-
-def render_config(operator_targets: Sequence[str] = ("127.0.0.1:8080",),
-                  trainer_targets: Sequence[str] = (), *, job_name: str = "test-job",
-                  namespace: str = "default", scrape_interval: str = "1s",
-                  trainer_labels: Sequence[Mapping[str, str]] | None = None) -> str:
-    """Prometheus YAML (written as JSON-compatible YAML, so no PyYAML is needed).
-
-    Each trainer target is its own static_config so it can carry its rank label; pass
-    ``trainer_labels`` (one mapping per target) to override or extend the defaults.
-    """
-    trainer_configs = []
-    for i, target in enumerate(trainer_targets):
-        labels = {"namespace": namespace, "dpjob_job": job_name, "dpjob_rank": str(i),
-                  "pod": f"{job_name}-rank-{i}"}
-        if trainer_labels is not None and i < len(trainer_labels):
-            labels.update(trainer_labels[i])
-        trainer_configs.append({"targets": [target], "labels": labels})
-    config = {
-        "global": {"scrape_interval": scrape_interval, "scrape_timeout": scrape_interval,
-                   "evaluation_interval": scrape_interval},
-        "scrape_configs": [
-            {"job_name": OPERATOR_JOB, "metrics_path": "/metrics",
-             "static_configs": [{"targets": list(operator_targets)}] if operator_targets else []},
-            {"job_name": TRAINER_JOB, "metrics_path": "/metrics", "static_configs": trainer_configs},
-        ],
-    }
-    return json.dumps(config, indent=2) + "\n"
-
-
-# What the chart's PodMonitor does for trainer pods, as plain kubernetes_sd relabelling: keep pods
-# the operator made, scrape the container ports named ``metrics``, and label them as the
-# dashboards expect (``namespace``, ``pod``, ``dpjob_job``, ``dpjob_rank``, ``dpjob_restart``).
-TRAINER_RELABEL = [
-    {"source_labels": ["__meta_kubernetes_pod_label_app_kubernetes_io_managed_by"], "regex": "dpjob-operator",
-     "action": "keep"},
-    {"source_labels": ["__meta_kubernetes_pod_labelpresent_dpjob_io_job_name"], "regex": "true", "action": "keep"},
-    {"source_labels": ["__meta_kubernetes_pod_container_port_name"], "regex": "metrics", "action": "keep"},
-    {"source_labels": ["__meta_kubernetes_pod_phase"], "regex": "Running", "action": "keep"},
-    {"source_labels": ["__meta_kubernetes_namespace"], "target_label": "namespace"},
-    {"source_labels": ["__meta_kubernetes_pod_name"], "target_label": "pod"},
-    {"source_labels": ["__meta_kubernetes_pod_label_dpjob_io_job_name"], "target_label": "dpjob_job"},
-    {"source_labels": ["__meta_kubernetes_pod_label_dpjob_io_rank"], "target_label": "dpjob_rank"},
-    {"source_labels": ["__meta_kubernetes_pod_label_dpjob_io_restart"], "target_label": "dpjob_restart"},
-]
-# The operator pod the chart installs (its ServiceMonitor scrapes the port named http-metrics).
-OPERATOR_RELABEL = [
-    {"source_labels": ["__meta_kubernetes_pod_label_app_kubernetes_io_name"], "regex": "dpjob-operator",
-     "action": "keep"},
-    {"source_labels": ["__meta_kubernetes_pod_container_port_name"], "regex": "http-metrics", "action": "keep"},
-    {"source_labels": ["__meta_kubernetes_namespace"], "target_label": "namespace"},
-    {"source_labels": ["__meta_kubernetes_pod_name"], "target_label": "pod"},
-]
-
-
-def render_cluster_config(kubeconfig: str | Path, operator_targets: Sequence[str] = (),
-                          scrape_interval: str = "1s", token_file: str | Path | None = None) -> str:
-    """Prometheus config that discovers pods through the API server (``kubernetes_sd_configs``).
-
-    Trainer pods and the operator pod are found by discovery; ``operator_targets`` adds an
-    operator that runs as a process (the integration tests' operator) under the same job name.
-    ``token_file`` holds the bearer token the chart's operator pod asks for (metrics.auth).
-    """
-    sd = [{"role": "pod", "kubeconfig_file": str(kubeconfig)}]
-    operator_job: dict = {"job_name": OPERATOR_JOB, "kubernetes_sd_configs": sd, "relabel_configs": OPERATOR_RELABEL}
-    if token_file:
-        operator_job["authorization"] = {"type": "Bearer", "credentials_file": str(token_file)}
-    if operator_targets:
-        operator_job["static_configs"] = [{"targets": list(operator_targets)}]
-    config = {
-        "global": {"scrape_interval": scrape_interval, "scrape_timeout": scrape_interval,
-                   "evaluation_interval": scrape_interval},
-        "scrape_configs": [operator_job,
-                           {"job_name": TRAINER_JOB, "kubernetes_sd_configs": sd, "relabel_configs": TRAINER_RELABEL}],
-    }
-    return json.dumps(config, indent=2) + "\n"
-
-
-# ---- process ---------------------------------------------------------------------------------
 
 def start_prometheus(port: int = 19090, operator_targets: Sequence[str] = ("127.0.0.1:8080",),
                      trainer_targets: Sequence[str] = (), *, job_name: str = "test-job",
                      namespace: str = "default", scrape_interval: str = "1s", workdir: str | Path | None = None,
                      trainer_labels: Sequence[Mapping[str, str]] | None = None,
-                     binary: str | None = None) -> subprocess.Popen:
-    """Start Prometheus on 127.0.0.1:<port>; returns the process (``proc.pid``, ``proc.workdir``).
+                     binary: str | None = None, config: str | None = None, log: Path | None = None,
+                     flags: Sequence[str] = STANDALONE_FLAGS) -> subprocess.Popen:
+    """Start Prometheus on 127.0.0.1:<port>, in its own session; returns the process (``proc.pid``,
+    ``proc.url``, ``proc.workdir``, ``proc.log``). The one way this repository starts a Prometheus.
 
-    Storage, config and log live in ``workdir`` (a fresh temp dir by default, removed by ``stop``).
+    ``config``: the configuration to load (:func:`render_cluster_config`'s); by default
+    :func:`render_config` of the static targets and labels given. Storage and config live in
+    ``workdir`` (a fresh temp dir by default, removed by ``stop``); output is appended to ``log``
+    (``workdir/prometheus.log`` by default).
     """
     binary = binary or prometheus_binary()
     own_dir = workdir is None
     wd = Path(workdir or tempfile.mkdtemp(prefix="dpjob-prom-"))
     wd.mkdir(parents=True, exist_ok=True)
     cfg = wd / "prometheus.yml"
-    cfg.write_text(render_config(operator_targets, trainer_targets, job_name=job_name, namespace=namespace,
-                                 scrape_interval=scrape_interval, trainer_labels=trainer_labels))
-    with open(wd / "prometheus.log", "wb") as log:  # the child keeps its own copy of the fd
+    cfg.write_text(config if config is not None else render_config(
+        operator_targets, trainer_targets, job_name=job_name, namespace=namespace,
+        scrape_interval=scrape_interval, trainer_labels=trainer_labels))
+    log = log or wd / "prometheus.log"
+    with open(log, "ab") as out:  # the child keeps its own copy of the fd
         proc = subprocess.Popen(
             [binary, f"--config.file={cfg}", f"--storage.tsdb.path={wd / 'data'}",
-             f"--web.listen-address=127.0.0.1:{port}", "--storage.tsdb.retention.time=1d",
-             "--web.enable-lifecycle", "--log.level=warn"],
-            stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+             f"--web.listen-address=127.0.0.1:{port}", *flags],
+            stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=REPO, start_new_session=True)
     proc.url = f"http://127.0.0.1:{port}"  # type: ignore[attr-defined]
     proc.workdir = wd  # type: ignore[attr-defined]
     proc.own_workdir = own_dir  # type: ignore[attr-defined]
+    proc.log = log  # type: ignore[attr-defined]
     return proc
 
 
@@ -180,9 +121,9 @@ def wait_ready(url: str, timeout: float = 30.0, proc: subprocess.Popen | None = 
     last: object = None
     while time.monotonic() < deadline:
         if proc is not None and proc.poll() is not None:
-            log = Path(getattr(proc, "workdir", ".")) / "prometheus.log"
+            log = Path(getattr(proc, "log", Path(getattr(proc, "workdir", ".")) / "prometheus.log"))
             raise RuntimeError(f"prometheus exited with {proc.returncode}: "
-                               f"{log.read_text()[-2000:] if log.exists() else ''}")
+                               f"{log.read_text(errors='replace')[-2000:] if log.exists() else ''}")
         try:
             with urllib.request.urlopen(f"{url}/-/ready", timeout=2) as resp:
                 if resp.status == 200:
@@ -205,113 +146,6 @@ def stop(proc: subprocess.Popen, timeout: float = 10.0) -> None:
     if getattr(proc, "own_workdir", False):
         shutil.rmtree(proc.workdir, ignore_errors=True)
 
-
-# ---- HTTP API ----------------------------------------------------------------------------------
-
-def _get(url: str, path: str, params: Mapping[str, str], timeout: float) -> dict:
-    full = f"{url}{path}?{urllib.parse.urlencode(params)}"
-    try:
-        with urllib.request.urlopen(full, timeout=timeout) as resp:
-            body = json.loads(resp.read())
-    except urllib.error.HTTPError as e:  # 400/422: bad PromQL; the body says why
-        body = json.loads(e.read() or b"{}")
-        raise ValueError(f"{path} {params}: {body.get('errorType')}: {body.get('error')}") from None
-    if body.get("status") != "success":
-        raise ValueError(f"{path} {params}: {body}")
-    return body["data"]
-
-
-def query(url: str, promql: str, time_: float | None = None, timeout: float = 10.0) -> list:
-    """Instant query; returns ``data.result`` (a list of {metric, value}; [] when no data).
-
-    Raises ValueError on a PromQL error. A scalar result is returned as a one-element list.
-    """
-    params = {"query": promql}
-    if time_ is not None:
-        params["time"] = f"{time_:.3f}"
-    data = _get(url, "/api/v1/query", params, timeout)
-    if data["resultType"] in ("scalar", "string"):
-        return [{"metric": {}, "value": data["result"]}]
-    return data["result"]
-
-
-def query_range(url: str, promql: str, start: float, end: float, step: str = "1s", timeout: float = 10.0) -> list:
-    data = _get(url, "/api/v1/query_range", {"query": promql, "start": f"{start:.3f}", "end": f"{end:.3f}",
-                                              "step": step}, timeout)
-    return data["result"]
-
-
-def config(url: str, timeout: float = 10.0) -> str:
-    """The configuration Prometheus has loaded (YAML text), e.g. to see which scrape jobs it runs."""
-    return _get(url, "/api/v1/status/config", {}, timeout)["yaml"]
-
-
-def targets(url: str, timeout: float = 10.0) -> list[dict]:
-    """Active scrape targets ({labels, health, lastError, scrapeUrl, ...})."""
-    return _get(url, "/api/v1/targets", {"state": "active"}, timeout)["activeTargets"]
-
-
-def wait_targets_up(url: str, expected: int, timeout: float = 60.0) -> list[dict]:
-    deadline = time.monotonic() + timeout
-    active: list[dict] = []
-    while time.monotonic() < deadline:
-        active = targets(url)
-        if sum(t.get("health") == "up" for t in active) >= expected:
-            return active
-        time.sleep(0.5)
-    raise TimeoutError(f"fewer than {expected} targets up after {timeout}s: "
-                       f"{[(t.get('scrapeUrl'), t.get('health'), t.get('lastError')) for t in active]}")
-
-
-# ---- dashboards ----------------------------------------------------------------------------------
-
-_VAR = re.compile(r"\$(?:\{(\w+)(?::[\w]+)?\}|(\w+))")
-
-
-def substitute(expr: str, values: Mapping[str, str] | None = None, default: str = ".*") -> str:
-    """Expand Grafana variables in a panel query the way Grafana would, for running it on Prometheus.
-
-    ``$var``, ``${var}`` and ``${var:format}`` are replaced by ``values[var]``; built-in interval
-    variables (``$__rate_interval`` -> 30s, ``$__interval`` -> 5s, ``$__range`` -> 5m) by
-    ``BUILTINS`` unless ``values`` overrides them; any other template variable by ``default``
-    (``.*``: the dashboards only use variables inside ``=~`` matchers, so ``.*`` means "All").
-    Values are inserted verbatim: pass regex-escaped text if a value has regex metacharacters.
-    """
-    values = dict(values or {})
-
-    def repl(m: re.Match) -> str:
-        name = m.group(1) or m.group(2)
-        if name in values:
-            return str(values[name])
-        if name in BUILTINS:
-            return BUILTINS[name]
-        return default
-
-    return _VAR.sub(repl, expr)
-
-
-def _walk_panels(panels: list[dict]) -> Iterable[dict]:
-    for panel in panels:
-        yield panel
-        yield from _walk_panels(panel.get("panels") or [])  # collapsed rows nest their panels
-
-
-def dashboard_queries(directory: str | Path = DASHBOARD_DIR, values: Mapping[str, str] | None = None,
-                      substituted: bool = True) -> list[tuple[str, str, str]]:
-    """Every panel query of every dashboard as (dashboard file, panel title, expr).
-
-    With ``substituted`` the Grafana variables are expanded by :func:`substitute` with ``values``
-    (e.g. ``{"namespace": ns, "job": job_name}``; unset variables match everything).
-    """
-    out = []
-    for path in sorted(Path(directory).glob("*.json")):
-        dashboard = json.loads(path.read_text())
-        for panel in _walk_panels(dashboard.get("panels") or []):
-            for target in panel.get("targets") or []:
-                expr = target.get("expr")
-                if expr:
-                    out.append((path.name, panel.get("title", ""), substitute(expr, values) if substituted else expr))
-    return out
 
 
 def main(argv: list[str] | None = None) -> int:

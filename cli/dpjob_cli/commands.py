@@ -16,6 +16,7 @@ from dpjob_cli.describe import render_describe
 from dpjob_cli.errors import CliError, ExitCode
 from dpjob_cli.explain import explain_file
 from dpjob_cli.explain_render import render_explanation
+from dpjob_cli.log_options import LogOptions, conflict, duration_seconds
 from dpjob_cli.options import GET_OUTPUT, TIMEOUT, connection_options, connection_value
 from dpjob_cli.output import FORMATS, dump, render, table
 from dpjob_cli.sdk import Client
@@ -27,11 +28,12 @@ RESOURCE = "dataparalleljob.dpjob.io"
 
 
 def complete_jobs(ctx: click.Context, _param: click.Parameter, incomplete: str) -> list[CompletionItem]:
-    """Shell completion of JOB: the jobs of the namespace the command line names (silent without a cluster)."""
+    """Shell completion of JOB: the jobs of the namespace the command line names (silent without a
+    cluster: an error here would print in the middle of the user's command line)."""
     try:
         rows = Client(connection_value(ctx, "namespace"), connection_value(ctx, "kubeconfig"),
                       connection_value(ctx, "context")).list_jobs()
-    except CliError:
+    except Exception:  # noqa: BLE001 - no cluster, a bad kubeconfig, a timeout: offer nothing
         return []
     return [CompletionItem(r["name"]) for r in rows if str(r["name"]).startswith(incomplete)]
 
@@ -83,16 +85,27 @@ def explain(session: Session, paths: tuple[Path, ...], offline: bool, all_ranks:
 @click.option("--rank", type=click.IntRange(0), help="This rank only (default: rank 0).")
 @click.option("--all", "all_ranks", is_flag=True, help="Every rank, each line prefixed [rank N].")
 @click.option("-f", "--follow", is_flag=True, help="Stream until the job ends, across gang restarts.")
+@click.option("--tail", type=click.IntRange(0), metavar="N", help="The last N lines of each rank's log.")
+@click.option("--since", "since_seconds", callback=duration_seconds, metavar="DURATION",
+              help="Only lines newer than this: 5s, 2m, 1h, 1h30m.")
+@click.option("-p", "--previous", is_flag=True,
+              help="The trainer's previous instance in the same pod (after a restart in place); not with -f.")
+@click.option("--timestamps", is_flag=True, help="Start each line with its time (RFC 3339), as kubectl's.")
 @TIMEOUT
 @connection_options
 @click.pass_obj
-def logs(session: Session, job: str, rank: int | None, all_ranks: bool, follow: bool, timeout: float | None) -> int:
+def logs(session: Session, job: str, rank: int | None, all_ranks: bool, follow: bool, tail: int | None,
+         since_seconds: int | None, previous: bool, timestamps: bool, timeout: float | None) -> int:
     """Print the trainer logs of a job's ranks."""
     if rank is not None and all_ranks:
         raise click.UsageError("--rank and --all exclude each other")
+    options = LogOptions(tail=tail, since_seconds=since_seconds, previous=previous, timestamps=timestamps)
+    why = conflict(options, follow)
+    if why:
+        raise click.UsageError(why)
     handle = session.client().job(job)
     try:
-        for line in handle.logs(rank, all_ranks, follow, timeout):
+        for line in handle.logs(rank, all_ranks, follow, timeout, options=options):
             click.echo(line)
     except KeyboardInterrupt:
         raise interrupted(handle.name, handle.namespace) from None

@@ -20,6 +20,7 @@ from kubernetes.client.exceptions import ApiException
 
 from dpjob_cli.errors import CliError
 from dpjob_cli.kube_errors import Target, no_kubeconfig, translate_api_error, unreachable
+from dpjob_cli.log_options import WHOLE_LOG, LogOptions
 
 GROUP, VERSION, PLURAL, KIND = "dpjob.io", "v1alpha1", "dataparalleljobs", "DataParallelJob"
 REQUEST_TIMEOUT = 30.0  # seconds per ordinary call; log streams have none
@@ -143,16 +144,19 @@ class Kube:
     def list_nodes(self) -> list[dict[str, Any]]:
         return list((self._json(self._target("node"), self.core.list_node).get("items")) or [])
 
-    def read_log(self, namespace: str, pod: str, container: str, tail: int | None = None) -> str:
-        extra = {"tail_lines": tail} if tail else {}
+    def read_log(self, namespace: str, pod: str, container: str, options: LogOptions = WHOLE_LOG) -> str:
+        """One container's log so far, the part ``options`` ask for (tail, since, previous, timestamps)."""
         resp = self._call(self._target("pod", pod, namespace), self.core.read_namespaced_pod_log, pod, namespace,
-                          container=container, _preload_content=False, _request_timeout=REQUEST_TIMEOUT, **extra)
+                          container=container, _preload_content=False, _request_timeout=REQUEST_TIMEOUT,
+                          **options.api_kwargs())
         return bytes(cast(Any, resp).data).decode(errors="replace")
 
-    def stream_log(self, namespace: str, pod: str, container: str) -> Iterator[str]:
-        """Follow one container's log from its first line until the container ends (or the pod goes)."""
+    def stream_log(self, namespace: str, pod: str, container: str,
+                   options: LogOptions = WHOLE_LOG) -> Iterator[str]:
+        """Follow one container's log (from its first line, or as ``options`` say) until the container
+        ends (or the pod goes)."""
         stream = watch.Watch().stream(self.core.read_namespaced_pod_log, name=pod, namespace=namespace,
-                                      container=container)
+                                      container=container, **options.api_kwargs())
         target = self._target("pod", pod, namespace)
         while True:
             try:

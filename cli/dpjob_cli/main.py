@@ -1,7 +1,7 @@
 """Entry point of ``dpjob`` and of the kubectl plugin ``kubectl-dpj`` (``kubectl dpj ...``).
 
 Why click: it generates ``--help`` for every command from the code, gives bash/zsh/fish completion
-(``_DPJOB_COMPLETE=bash_source dpjob``), and reports usage errors as one line with exit code 2,
+(``dpjob completion bash``, ``completion.py``), and reports usage errors as one line with exit code 2,
 which is what the CLI promises for every other failure too. Commands live in ``commands`` and
 ``cmd_run``; this module owns the global options and turns every failure into one line on stderr
 and its documented exit code (docs/cli.md), never a traceback.
@@ -18,6 +18,7 @@ import click
 
 from dpjob_cli.cmd_run import run
 from dpjob_cli.commands import delete, describe, explain, list_jobs, logs, status, wait
+from dpjob_cli.completion import completion, kubectl_completions
 from dpjob_cli.errors import CliError, ExitCode
 from dpjob_cli.session import Session
 
@@ -42,15 +43,16 @@ def cli(ctx: click.Context, kubeconfig: str | None, context: str | None, namespa
     \b
     dpjob run train.py --replicas 2 --follow     pack, submit, stream every rank, exit with the result
     dpjob explain -f job.yaml                    validate and show the pods, env, rank table, fit
-    dpjob logs JOB [--rank N | --all] [-f]       rank logs, merged with [rank N] prefixes
+    dpjob logs JOB [--rank N | --all] [-f] [-p]  rank logs, merged with [rank N] prefixes
     dpjob status JOB | describe JOB | list [-l SELECTOR] | delete JOB | wait JOB
+    dpjob completion bash|zsh|fish               shell completion (kubectl dpj: kubectl_complete-dpj)
 
     -n/--namespace, --context and --kubeconfig work before the command and after it.
     """
     ctx.obj = Session(kubeconfig=kubeconfig, context=context, namespace=namespace)
 
 
-for command in (run, explain, logs, status, describe, list_jobs, delete, wait):
+for command in (run, explain, logs, status, describe, list_jobs, delete, wait, completion):
     cli.add_command(command)
 
 
@@ -91,6 +93,11 @@ def main(argv: list[str] | None = None) -> int:
 def entry() -> None:
     """Console-script entry point: ``dpjob`` and ``kubectl-dpj``."""
     sys.exit(main())
+
+
+def kubectl_complete_entry() -> None:
+    """Console-script entry point ``kubectl_complete-dpj``: what ``kubectl dpj <TAB>`` offers."""
+    click.echo("\n".join(kubectl_completions(cli, sys.argv[1:])))
 
 
 if __name__ == "__main__":

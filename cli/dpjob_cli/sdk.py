@@ -1,9 +1,10 @@
 """The Python API, for notebooks and scripts: the same verbs as the CLI, which is built on it.
 
-    from dpjob_cli import Client
+    from dpjob_cli import Client, LogOptions
     job = Client().run("train.py", ["--epochs", "3"], replicas=2)
     for line in job.logs(all_ranks=True, follow=True):
         print(line)
+    last = list(job.logs(options=LogOptions(tail=20, previous=True)))   # dpjob logs JOB --tail 20 -p
     job.wait()            # "Succeeded" or "Failed"; raise_on_failure=True raises JobFailedError
     job.status()["ranks"]
     job.describe()["events"]
@@ -19,9 +20,10 @@ from pathlib import Path
 from typing import Any
 
 from dpjob_cli.describe import event_rows
-from dpjob_cli.errors import CliError, JobFailedError
+from dpjob_cli.errors import CliError, ExitCode, JobFailedError
 from dpjob_cli.explain import explain_file
 from dpjob_cli.kube import Kube
+from dpjob_cli.log_options import WHOLE_LOG, LogOptions, conflict
 from dpjob_cli.logs import LogFollower, job_selector, read_logs
 from dpjob_cli.manifest import RunOptions
 from dpjob_cli.run import PhaseWatch, plan_run, submit
@@ -75,19 +77,25 @@ class JobHandle:
 
     def logs(self, rank: int | None = None, all_ranks: bool = False, follow: bool = False,
              timeout: float | None = None,
-             on_change: Callable[[dict[str, Any]], None] | None = None) -> Iterator[str]:
+             on_change: Callable[[dict[str, Any]], None] | None = None,
+             options: LogOptions = WHOLE_LOG) -> Iterator[str]:
         """Lines of rank ``rank`` (default 0), or of every rank with a ``[rank N]`` prefix.
 
         ``follow`` streams until the job finishes, across gang restarts; ``on_change`` hears of
-        every new phase; ``WaitTimeoutError`` after ``timeout`` seconds.
+        every new phase; ``WaitTimeoutError`` after ``timeout`` seconds. ``options``: the last lines
+        only, the newer ones only, the trainer's previous instance, timestamps (``LogOptions``;
+        ``previous`` with ``follow`` is a ``CliError`` USAGE).
         """
+        why = conflict(options, follow)
+        if why:
+            raise CliError(ExitCode.USAGE, why)
         ranks = None if all_ranks else {0 if rank is None else rank}
         if not follow:
-            yield from read_logs(self.kube, self.namespace, self.name, ranks, prefix=all_ranks)
+            yield from read_logs(self.kube, self.namespace, self.name, ranks, prefix=all_ranks, options=options)
             return
         self.get()  # an unknown job fails now, with its one-line error, not after the first poll
         watch = PhaseWatch(self.kube, self.namespace, self.name, timeout, on_change)
-        follower = LogFollower(self.kube, self.namespace, self.name, ranks, prefix=all_ranks)
+        follower = LogFollower(self.kube, self.namespace, self.name, ranks, prefix=all_ranks, options=options)
         yield from follower.lines(watch.finished)
 
     def delete(self) -> None:

@@ -41,9 +41,9 @@ def main(argv: list[str] | None = None) -> int:
     # kopf logs every handled event at INFO ("Handler 'on_job_event' succeeded"): noise at scale.
     logging.getLogger("kopf.objects").setLevel(logging.WARNING)
     logging.getLogger("aiohttp.access").setLevel(logging.WARNING)
-    handlers._state["config"] = cfg
-    # Raised when leadership is lost: kopf stops gracefully and we exit with _state["exit_code"].
-    stop_flag = handlers._state["stop_flag"] = asyncio.Event()
+    handlers.runtime.config = cfg
+    # Raised when leadership is lost: kopf stops gracefully and we exit with runtime.exit_code.
+    stop_flag = handlers.runtime.stop_flag = asyncio.Event()
     ensure_login_name()
     kopf.run(
         standalone=True,
@@ -52,7 +52,7 @@ def main(argv: list[str] | None = None) -> int:
         liveness_endpoint=_health_url(cfg.health_bind_address, cfg.health_port) if cfg.health_port else None,
         stop_flag=stop_flag,
     )
-    return int(handlers._state.get("exit_code", 0))
+    return handlers.runtime.exit_code
 
 
 def _health_url(addr: str, port: int) -> str:

@@ -20,6 +20,7 @@ from dpjob_operator.election_config import SERVICEACCOUNT_NAMESPACE, LeaderElect
 
 GANG_MODES = ("auto", "disabled")
 METRICS_AUTH_MODES = ("kubernetes", "none")
+SWITCH_MODES = ("enabled", "disabled")
 
 
 @dataclass(frozen=True)
@@ -53,9 +54,16 @@ class OperatorConfig:
     # auto: one PodGroup per gang when the API server serves scheduling.k8s.io/v1alpha2
     # (Kubernetes >= 1.35 with GenericWorkload and GangScheduling); disabled: never.
     gang_scheduling: str = "auto"
+    # auto: rank pods restart in place (reconcile/inplace.py) when the API server keeps a pod's
+    # RestartAllContainers rule (k8s/inplace_probe.py, at start); disabled: every restart recreates.
+    restart_in_place: str = "auto"
     # A pod this long past its deletion deadline is stuck Terminating (reconcile/stuck.py); on a
     # NotReady node it is then force-deleted, as the pod GC controller does for a node that is down.
     stuck_terminating_seconds: float = 120.0
+    # enabled: a NetworkPolicy per job (spec.isolation: Job) admits only the job's own pods, and
+    # network_policy_metrics_from (NetworkPolicy peers: Prometheus, the operator) on the metrics ports.
+    network_policy: str = "enabled"
+    network_policy_metrics_from: tuple[Mapping[str, Any], ...] = ()
     leader_election: LeaderElectionConfig = field(default_factory=LeaderElectionConfig)
 
 
@@ -100,7 +108,9 @@ SCALARS: tuple[tuple[str, str, str, type], ...] = (  # sizes: table
     ("clusterDomain", "DPJOB_CLUSTER_DOMAIN", "cluster_domain", str),
     ("logLevel", "DPJOB_LOG_LEVEL", "log_level", str),
     ("gangScheduling", "DPJOB_GANG_SCHEDULING", "gang_scheduling", str),
+    ("restartInPlace", "DPJOB_RESTART_IN_PLACE", "restart_in_place", str),
     ("stuckTerminatingSeconds", "DPJOB_STUCK_TERMINATING_SECONDS", "stuck_terminating_seconds", float),
+    ("networkPolicy", "DPJOB_NETWORK_POLICY", "network_policy", str),
 )
 
 
@@ -124,6 +134,7 @@ def load_config(path: str | None = None, environ: Mapping[str, str] | None = Non
     values["namespaces"] = tuple(raw.get("namespaces") or ())
     if env.get("DPJOB_NAMESPACES"):
         values["namespaces"] = tuple(n.strip() for n in env["DPJOB_NAMESPACES"].split(",") if n.strip())
+    values["network_policy_metrics_from"] = tuple(dict(peer) for peer in raw.get("networkPolicyMetricsFrom") or ())
     values["leader_election"] = leader_election_config(raw.get("leaderElection") or {}, env,
                                                        serviceaccount_namespace)
     cfg = OperatorConfig(**values)
@@ -138,5 +149,9 @@ def _validate(cfg: OperatorConfig) -> None:
         raise ValueError(f"metricsAuth must be one of {', '.join(METRICS_AUTH_MODES)}, got {cfg.metrics_auth!r}")
     if bool(cfg.metrics_cert_file) != bool(cfg.metrics_key_file):
         raise ValueError("metricsCertFile and metricsKeyFile go together: set both for HTTPS, or neither")
+    if cfg.restart_in_place not in GANG_MODES:
+        raise ValueError(f"restartInPlace must be one of {', '.join(GANG_MODES)}, got {cfg.restart_in_place!r}")
+    if cfg.network_policy not in SWITCH_MODES:
+        raise ValueError(f"networkPolicy must be one of {', '.join(SWITCH_MODES)}, got {cfg.network_policy!r}")
     if cfg.gang_scheduling not in GANG_MODES:
         raise ValueError(f"gangScheduling must be one of {', '.join(GANG_MODES)}, got {cfg.gang_scheduling!r}")

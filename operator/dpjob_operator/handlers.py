@@ -15,6 +15,7 @@ import asyncio
 import logging
 import os
 import threading
+from dataclasses import dataclass
 from typing import Any
 
 import kopf
@@ -31,15 +32,28 @@ from dpjob_operator.k8s.reviews import DelegatedAuthorizer
 from dpjob_operator.metrics_server import serve_metrics
 
 log = logging.getLogger("dpjob")
-_state: dict[str, Any] = {}
+
+
+@dataclass
+class Runtime:
+    """What the kopf handlers share in one operator process: set by ``__main__`` (config, stop
+    flag) and by ``startup`` (controller, elector); ``exit_code`` is what the process ends with."""
+
+    config: OperatorConfig | None = None
+    stop_flag: asyncio.Event | None = None
+    controller: Controller | None = None
+    elector: LeaderElector | None = None
+    exit_code: int = 0
+
+
+runtime = Runtime()
 # After losing the Lease, kopf's graceful stop gets this long before the process ends anyway.
 EXIT_GRACE_SECONDS = 20.0
 
 
 def configure(settings: kopf.OperatorSettings, cfg: OperatorConfig) -> None:
-    settings.persistence.finalizer = f"{c.GROUP}/finalizer"
-    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=c.GROUP)
-    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(prefix=c.GROUP)
+    # No persistence settings: with one on.event handler kopf stores no progress or diff base and
+    # adds no finalizer (those serve change-detecting and deletion handlers, which this operator has not).
     settings.posting.level = logging.WARNING
     settings.watching.server_timeout = 300
     settings.watching.client_timeout = 330
@@ -49,8 +63,7 @@ def configure(settings: kopf.OperatorSettings, cfg: OperatorConfig) -> None:
 
 @kopf.on.startup()
 async def startup(settings: kopf.OperatorSettings, **_: Any) -> None:
-    cfg = _state.get("config") or load_config()
-    _state["config"] = cfg
+    cfg = runtime.config = runtime.config or load_config()
     configure(settings, cfg)
     if cfg.metrics_port:
         authorize = DelegatedAuthorizer(load_api_client(4)).verdict if cfg.metrics_auth == "kubernetes" else None
@@ -59,7 +72,7 @@ async def startup(settings: kopf.OperatorSettings, **_: Any) -> None:
     api = load_api_client(cfg.create_concurrency + cfg.workers + 4)
     controller = Controller(cfg, KubeClient(api, cfg.api_qps, cfg.api_burst), asyncio.get_running_loop())
     await controller.start()
-    _state["controller"] = controller
+    runtime.controller = controller
     election = cfg.leader_election
     if not election.enabled:
         controller.start_workers()
@@ -67,22 +80,20 @@ async def startup(settings: kopf.OperatorSettings, **_: Any) -> None:
     leases = LeaseClient(load_api_client(4), election.namespace, election.lease_name)
     elector = LeaderElector(leases, election.identity, election.timings,
                             on_started_leading=controller.start_workers, on_stopped_leading=_stopped_leading)
-    _state["elector"] = elector
+    runtime.elector = elector
     elector.start()  # in the background: kopf serves /healthz only after startup returns
 
 
 def _stopped_leading(reason: str) -> None:
     """client-go's OnStoppedLeading in kube-controller-manager: stop writing at once, then exit
     non-zero, so Kubernetes restarts the pod clean and it campaigns again as a standby."""
-    controller: Controller | None = _state.get("controller")
-    if controller is not None:
-        controller.fence()
+    if runtime.controller is not None:
+        runtime.controller.fence()
     log.error("leader election: stopped leading (%s); workers stopped; exiting so that the pod restarts clean",
               reason)
-    _state["exit_code"] = 1
-    stop_flag: asyncio.Event | None = _state.get("stop_flag")
-    if stop_flag is not None:
-        stop_flag.set()
+    runtime.exit_code = 1
+    if runtime.stop_flag is not None:
+        runtime.stop_flag.set()
     timer = threading.Timer(EXIT_GRACE_SECONDS, os._exit, (1,))  # if kopf's stop hangs, end it anyway
     timer.daemon = True
     timer.start()
@@ -91,10 +102,10 @@ def _stopped_leading(reason: str) -> None:
 @kopf.on.cleanup()
 async def cleanup(**_: Any) -> None:
     """Workers first, the Lease after: the next leader must not overlap with our last writes."""
-    controller = _state.pop("controller", None)
+    controller, runtime.controller = runtime.controller, None
     if controller is not None:
         await controller.stop()
-    elector: LeaderElector | None = _state.pop("elector", None)
+    elector, runtime.elector = runtime.elector, None
     if elector is not None:
         await elector.stop(release_lease=True)
 
@@ -103,7 +114,7 @@ async def cleanup(**_: Any) -> None:
 async def on_job_event(event: kopf.RawEvent, **_: Any) -> None:
     """Async on purpose: kopf runs sync handlers in a worker thread, and the controller's queue
     and job cache belong to the event loop (a thread's put would not wake a waiting worker)."""
-    controller: Controller | None = _state.get("controller")
+    controller = runtime.controller
     if controller is None:
         return
     body = event.get("object") or {}
@@ -114,7 +125,7 @@ async def on_job_event(event: kopf.RawEvent, **_: Any) -> None:
 @kopf.on.probe(id="progress")
 def probe_progress(**_: Any) -> str:
     """Liveness that means something: /healthz answers 500 when the pod watch or a worker is wedged."""
-    controller: Controller | None = _state.get("controller")
+    controller = runtime.controller
     why = controller.stuck() if controller else None
     if why:
         raise kopf.PermanentError(why)
@@ -123,17 +134,16 @@ def probe_progress(**_: Any) -> str:
 
 @kopf.on.probe(id="jobs")
 def probe_jobs(**_: Any) -> int:
-    controller: Controller | None = _state.get("controller")
+    controller = runtime.controller
     return len(controller.jobs) if controller else 0
 
 
 @kopf.on.probe(id="role")
 async def probe_role(**_: Any) -> str:
     """``leader`` or ``standby``; either way the replica is alive (liveness stays green)."""
-    elector: LeaderElector | None = _state.get("elector")
-    if elector is not None:
-        return elector.role
-    controller: Controller | None = _state.get("controller")
+    if runtime.elector is not None:
+        return runtime.elector.role
+    controller = runtime.controller
     return "leader" if controller is not None and controller.working else "standby"
 
 

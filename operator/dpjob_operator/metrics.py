@@ -10,6 +10,8 @@ from typing import Any
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import GaugeMetricFamily
 
+from dpjob_operator.api.status import JobStatus
+
 CONTROLLER = "dataparalleljob"
 REGISTRY = CollectorRegistry(auto_describe=True)
 
@@ -46,6 +48,11 @@ PODS_DELETED = Counter("dpjob_pods_deleted_total", "Rank pods deleted by the ope
 EVENTS_DROPPED = Counter("dpjob_events_dropped_total", "Events not posted because the event buffer was full",
                          registry=REGISTRY)
 RESTARTS = Counter("dpjob_restarts_total", "Gang restarts by reason", ["reason"], registry=REGISTRY)
+RESTARTS_BY_STRATEGY = Counter("dpjob_restarts_by_strategy_total",
+                               "Gang restarts by how they ran: InPlace (the kubelet restarted the pods where they "
+                               "are) or Recreate (new pods)", ["strategy"], registry=REGISTRY)
+for _strategy in ("InPlace", "Recreate"):  # both series exist from the start, so a rate() has a zero
+    RESTARTS_BY_STRATEGY.labels(_strategy)
 TRANSITIONS = Counter("dpjob_job_transitions_total", "Jobs entering a phase", ["phase"], registry=REGISTRY)
 PROGRESS_READS = Counter("dpjob_progress_reads_total",
                          "Reads of rank 0's metrics endpoint for status.progress, by result: ok, no_step "
@@ -58,6 +65,15 @@ TIME_TO_CREATED = Histogram("dpjob_time_to_all_pods_created_seconds",
 TIME_TO_RUNNING = Histogram("dpjob_time_to_all_ranks_running_seconds",
                             "From a gang's start to all its ranks Running", buckets=_SCALE_BUCKETS,
                             registry=REGISTRY)
+RECOVERY = Histogram("dpjob_gang_recovery_seconds",
+                     "From a gang restart seen by the operator to all its ranks Running again, by strategy",
+                     ["strategy"], buckets=_SCALE_BUCKETS, registry=REGISTRY)
+RESTART_DETECT = Histogram("dpjob_restart_detect_seconds",
+                           "From a rank's failure to the operator booking the gang restart, by strategy",
+                           ["strategy"], buckets=_SCALE_BUCKETS, registry=REGISTRY)
+RESTART_RECOVER = Histogram("dpjob_restart_recover_seconds",
+                            "From a rank's failure to the new gang's first step (status.goodput), by strategy",
+                            ["strategy"], buckets=_SCALE_BUCKETS, registry=REGISTRY)
 
 
 class JobsByPhase:
@@ -96,12 +112,12 @@ class JobsUnschedulable:
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
         counts = dict.fromkeys(self.REASONS, 0)
-        for status in self._statuses():
-            for cond in status.get("conditions") or []:
-                if cond.get("type") == "PodsScheduled" and cond.get("status") == "False" \
-                        and status.get("phase") not in ("Succeeded", "Failed", "Suspended"):
-                    reason = cond.get("reason") or "Unschedulable"
-                    counts[reason] = counts.get(reason, 0) + 1
+        for stored in self._statuses():
+            status = JobStatus.from_dict(stored)
+            cond = status.condition("PodsScheduled")
+            if cond is not None and cond.status == "False" and status.phase not in ("Succeeded", "Failed", "Suspended"):
+                reason = cond.reason or "Unschedulable"
+                counts[reason] = counts.get(reason, 0) + 1
         family = GaugeMetricFamily("dpjob_jobs_unschedulable",
                                    "DataParallelJobs whose ranks wait for nodes, by reason", labels=["reason"])
         for reason, count in counts.items():
@@ -115,7 +131,7 @@ class JobsUnschedulable:
 def register_job_collectors(jobs: Callable[[], Iterable[Mapping[str, Any]]]) -> tuple[JobsByPhase, JobsUnschedulable]:
     """Scrape-time gauges over the job cache (``jobs``: the bodies to count; a job without a phase
     yet is Pending), registered; unregister them when the controller stops."""
-    collectors = (JobsByPhase(lambda: [(b.get("status") or {}).get("phase") or "Pending" for b in jobs()]),
+    collectors = (JobsByPhase(lambda: [JobStatus.from_dict(b.get("status")).phase or "Pending" for b in jobs()]),
                   JobsUnschedulable(lambda: [b.get("status") or {} for b in jobs()]))
     for collector in collectors:
         REGISTRY.register(collector)

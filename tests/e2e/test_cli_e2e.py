@@ -5,6 +5,7 @@ naming the failing rank; Ctrl-C leaves the job running; `kubectl dpj` is a kubec
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import queue
@@ -14,7 +15,6 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 
 import pytest
@@ -170,15 +170,17 @@ def test_ctrl_c_while_following_leaves_the_job_running_and_says_how_to_reattach(
     out: queue.Queue[str] = queue.Queue()
     threading.Thread(target=_lines, args=(proc.stdout, out), daemon=True).start()
     seen: list[str] = []
-    deadline = time.monotonic() + 240
-    while "[rank 0] tick 2" not in seen:
-        if time.monotonic() > deadline:
-            proc.kill()
-            pytest.fail(f"rank 0 did not tick within 240s; stdout so far: {seen}")
-        try:
+
+    def ticked_twice() -> bool:
+        with contextlib.suppress(queue.Empty):
             seen.append(out.get(timeout=1))
-        except queue.Empty:
-            continue
+        return "[rank 0] tick 2" in seen
+
+    try:
+        wait_until(ticked_twice, timeout=240, interval=0, what="rank 0's second tick")
+    except AssertionError:
+        proc.kill()
+        pytest.fail(f"rank 0 did not tick within 240s; stdout so far: {seen}")
     proc.send_signal(signal.SIGINT)  # what Ctrl-C in the terminal sends
     assert proc.wait(30) == 130
     stderr = proc.stderr.read() if proc.stderr else ""

@@ -61,6 +61,9 @@ def test_mindspore_example_trains_through_the_operator_with_one_scheduler_and_id
     dpj.create(api, namespace, job)
     st = dpj.wait_phase(api, namespace, NAME, "Succeeded", timeout=420)
     assert st["succeededReplicas"] == 2 and st["restarts"] == 0, st
+    # The MindSpore loop serves the progress contract too: PROGRESS and loss in `kubectl get dpj`.
+    progress = st.get("progress") or {}
+    assert progress.get("summary") == f"{STEPS}/{STEPS} (100%)" and progress.get("loss") is not None, st
 
     pods = dpj.rank_pods(core, namespace, NAME)
     assert [p.metadata.name for p in pods] == [f"{NAME}-rank-0", f"{NAME}-rank-1"]

@@ -103,6 +103,11 @@ def test_a_trainer_hung_after_step_5_is_restarted_by_the_watchdog_and_resumes_fr
     step5_at = re.search(r"since step 5 at (\S+)", stall["message"]).group(1)
     assert STALL_TIMEOUT <= _time(stall["time"]) - _time(step5_at) <= STALL_TIMEOUT + STALL_SLACK, stall
     assert st["restartsByReason"] == {"Stalled": 1} and st["failureRestarts"] == 0, "a stall restart is not charged"
+    # Goodput: the stall's cost counts from the last step, and the first gang's startup is known.
+    (entry,) = st["goodput"]["restarts"]
+    assert (entry["restart"], entry["reason"], entry["strategy"]) == (1, "Stalled", "Recreate"), entry
+    assert abs(_time(entry["failedTime"]) - _time(seen["progress"]["lastStepTime"])) <= 1, entry
+    assert entry["detectSeconds"] >= STALL_TIMEOUT - 1 and st["goodput"]["startupSeconds"] > 0, st["goodput"]
     dpj.wait_event(namespace, name, "Stalled")
 
     done = dpj.wait_phase(api, namespace, name, "Succeeded", timeout=300)

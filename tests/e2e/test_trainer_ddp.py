@@ -30,6 +30,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.ports import free_port
+from tests.support.waits import wait_until
 
 pytestmark = pytest.mark.e2e
 
@@ -153,12 +154,16 @@ def linear_job(tmp_path_factory):
     job = launch(tmp, "linear", 2, ["--task", "linear", "--steps", str(LINEAR_STEPS), "--lr", "0.04",
                                     "--checkpoint-every", "100", "--log-every", "50", "--metrics-linger", "60"],
                  metrics_port=port)
-    deadline = time.monotonic() + 60
-    while not all((job.report_dir / f"report-rank{r}.json").exists() for r in range(2)):
-        if time.monotonic() > deadline or any(p.exitcode is not None for p in job.procs):
+
+    def reports_written() -> bool:
+        if all((job.report_dir / f"report-rank{r}.json").exists() for r in range(2)):
+            return True
+        if any(p.exitcode is not None for p in job.procs):
             job.wait(1)
             pytest.fail(f"linear job ended early: {[job.log(r)[-1500:] for r in range(2)]}")
-        time.sleep(0.05)
+        return False
+
+    wait_until(reports_written, timeout=60, interval=0.05, what="both ranks' reports")
     scrapes = [urllib.request.urlopen(f"http://127.0.0.1:{port + r}/metrics", timeout=10).read().decode()
                for r in range(2)]
     for proc in job.procs:
@@ -272,10 +277,14 @@ def test_sigterm_checkpoints_and_resume_equals_uninterrupted_run(tmp_path):
     straight = launch(tmp_path, "straight", 2, args)
     shared_ckpt = tmp_path / "preempted-ckpt"
     first = launch(tmp_path, "first", 2, args, checkpoint_dir=shared_ckpt)
-    deadline = time.monotonic() + 60
-    while not [e for e in first.events(1, "step") if e["step"] >= 50]:
-        assert time.monotonic() < deadline and all(p.exitcode is None for p in first.procs), first.log(1)[-1500:]
-        time.sleep(0.02)
+
+    def past_step_50() -> bool:
+        if any(e["step"] >= 50 for e in first.events(1, "step")):
+            return True
+        assert all(p.exitcode is None for p in first.procs), first.log(1)[-1500:]
+        return False
+
+    wait_until(past_step_50, timeout=60, interval=0.02, what="rank 1 past step 50")
     os.kill(first.procs[1].pid, signal.SIGTERM)  # only rank 1's pod is preempted: both must stop together
     assert first.wait(60) == [143, 143], [first.log(r)[-1500:] for r in range(2)]
     stopped = first.reports()
@@ -371,7 +380,8 @@ def test_rank_table_completed_late_then_training_runs(tmp_path):
     table.write_text('{"status": "initializing"}')
     job = launch(tmp_path, "ranktable", 1, ["--task", "linear", "--steps", "5", "--rank-table-wait", "always"],
                  extra_env={"RANK_TABLE_FILE": str(table)})
-    time.sleep(1.5)
+    wait = wait_until(lambda: job.events(0, "ranktable_wait"), timeout=60, what="rank 0 waiting for the table")
+    assert wait[0]["status"] == "initializing" and wait[0]["file"] == str(table)
     assert job.procs[0].exitcode is None and not job.events(0, "start")  # still waiting for the table
     table.write_text('{"status": "completed", "ranks": []}')
     assert assert_ok(job)[0]["steps"] == 5

@@ -5,7 +5,6 @@ discovers and scrapes the pods through the API server. What a user of `make dev`
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
@@ -20,10 +19,10 @@ from devcluster import cluster as devcluster
 from devcluster import prometheus as promsupport
 from devcluster import stack
 from tests.support import cluster as dpj
-from tests.support.builders import JobBuilder
 from tests.support.cluster import kubectl
 from tests.support.paths import DEVCLUSTER, EXAMPLES
 from tests.support.ports import free_port
+from tests.support.realnode_jobs import container_pids, log_events, reports, trainer_job, workdir
 from tests.support.waits import wait_until
 
 pytestmark = pytest.mark.e2e
@@ -38,42 +37,9 @@ def real_node(cluster):
 @pytest.fixture(scope="module")
 def prom(cluster):
     port = free_port()
-    proc = stack.start_prometheus(port, name="prometheus-e2e")
+    proc = stack.cluster_prometheus(port, name="prometheus-e2e")
     yield port
     proc.stop()
-
-
-def trainer_job(name: str, args: list[str], replicas: int = 2, command: list[str] | None = None,
-                backoff_limit: int | None = None) -> dict:
-    """``replicas`` CPU ranks of the trainer image built here, on the real node, running ``args``."""
-    job = (JobBuilder(name).replicas(replicas).image(stack.trainer_image()).args(args)
-           .requests(cpu="300m", memory="512Mi"))
-    if command:
-        job.command(command)
-    if backoff_limit is not None:
-        job.run_policy(backoffLimit=backoff_limit)
-    return stack.run_on_real_node(job.obj())
-
-
-def workdir(namespace: str, name: str) -> Path:
-    return stack.SHARED_DIR / namespace / name
-
-
-def reports(namespace: str, name: str) -> list[dict]:
-    return [json.loads(p.read_text()) for p in sorted((workdir(namespace, name) / "report").glob("report-rank*.json"))]
-
-
-def log_events(namespace: str, pod: str, event: str) -> list[dict]:
-    out = kubectl("logs", "-n", namespace, pod, "-c", "trainer", check=False)
-    events = []
-    for line in out.stdout.splitlines():
-        try:
-            item = json.loads(line)
-        except json.JSONDecodeError:
-            continue
-        if item.get("event") == event:
-            events.append(item)
-    return events
 
 
 def last_instant_with(url: str, promql: str, start: float, end: float) -> float:
@@ -209,41 +175,28 @@ def test_linear_task_converges_to_the_oneflow_solution(api, namespace, operator_
     assert rs[0]["weights"] == pytest.approx([2.0, 3.0], abs=0.05)
 
 
-def _container_pids(namespace: str, name: str, rank: int) -> list[int]:
-    """The trainer's processes on this host, found by the environment the operator gave them."""
-    pids = []
-    for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit():
-            continue
-        try:
-            env = dict(kv.split("=", 1) for kv in (proc / "environ").read_bytes().decode(errors="replace").split("\0")
-                       if "=" in kv)
-            cmd = (proc / "cmdline").read_bytes()
-        except OSError:
-            continue
-        if env.get("DPJOB_NAMESPACE") == namespace and env.get("DPJOB_NAME") == name and \
-                env.get("DPJOB_NODE_RANK") == str(rank) and b"dpjob_trainer" in cmd:
-            pids.append(int(proc.name))
-    return pids
-
-
-def test_a_rank_container_killed_with_sigkill_restarts_the_gang_which_resumes_from_the_checkpoint(
-        api, namespace, operator_pod):
+def test_a_rank_container_killed_with_sigkill_recreates_the_gang_which_resumes_from_the_checkpoint(
+        api, core, namespace, operator_pod):
     name = "resume"
     base = workdir(namespace, name)
     steps = 600
-    dpj.create(api, namespace, trainer_job(name, [
+    job = trainer_job(name, [
         "--task", "mlp", "--steps", str(steps), "--checkpoint-every", "25", "--checkpoint-dir", f"{base}/ckpt",
         "--report", f"{base}/report", "--metrics-port", "0", "--log-every", "25"],
-        backoff_limit=2))
-    dpj.wait_phase(api, namespace, name, "Running", timeout=180)
+        backoff_limit=2)
+    job["spec"]["runPolicy"]["restartStrategy"] = "Recreate"
+    dpj.create(api, namespace, job)
+    assert dpj.wait_phase(api, namespace, name, "Running", timeout=180)["restartStrategy"] == "Recreate"
+    first = {p.metadata.name: p.metadata.uid for p in dpj.rank_pods(core, namespace, name)}
     wait_until(lambda: any(Path(f"{base}/ckpt").glob("*")), timeout=120, interval=0.5, what="a checkpoint")
-    pids = wait_until(lambda: _container_pids(namespace, name, 1), timeout=30, what="rank 1's trainer process")
+    pids = wait_until(lambda: container_pids(namespace, name, 1), timeout=30, what="rank 1's trainer process")
     for pid in pids:  # pid 1 of the container: the container dies with it
         os.kill(pid, signal.SIGKILL)
     st = dpj.wait_phase(api, namespace, name, "Succeeded", timeout=300)
-    assert st["restarts"] == 1 and st["failureRestarts"] == 1
+    assert st["restarts"] == 1 and st["failureRestarts"] == 1 and st["restartsByStrategy"] == {"Recreate": 1}
     assert st["lastFailure"]["rank"] == 1 and st["lastFailure"]["exitCode"] == 137
+    now = {p.metadata.name: p.metadata.uid for p in dpj.rank_pods(core, namespace, name)}
+    assert not set(first.values()) & set(now.values()), "Recreate kept a pod of the failed gang"
     rs = reports(namespace, name)
     assert all(r["steps"] == steps for r in rs)
     assert all(r["resumed_from_step"] > 0 for r in rs), "the restarted gang did not resume from the checkpoint"

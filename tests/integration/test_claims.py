@@ -5,7 +5,6 @@ new pods instead of inheriting the old ones' fate."""
 from __future__ import annotations
 
 import json
-import time
 
 import pytest
 from kubernetes import client
@@ -116,7 +115,11 @@ def test_a_foreign_service_of_the_jobs_name_is_reported_and_never_touched(api, c
 def test_a_foreign_configmap_holding_the_rank_table_name_is_never_patched(api, core, namespace, operator):
     _job_blocked_by_foreign_configmap(api, core, namespace, "train-ranktable", {"mine": "keep"}, "RankTableReady")
     dpj.wait_event(namespace, "train", "ConfigMapNameConflict")
-    time.sleep(6)  # more than one resync: the condition holds, the map is untouched
+    # One more pass of the job (each fails on the conflict, logs it and backs off): the condition
+    # holds, the map is untouched.
+    failed = f"reconcile of {namespace}/train failed"
+    passes = operator.log_text().count(failed)
+    wait_until(lambda: operator.log_text().count(failed) > passes, timeout=90, what="another pass of the job")
     assert _conditions(api, namespace, "train")["RankTableReady"]["reason"] == "ConfigMapNameConflict"
     cm = core.read_namespaced_config_map("train-ranktable", namespace)
     assert cm.data == {"mine": "keep"} and not cm.metadata.owner_references

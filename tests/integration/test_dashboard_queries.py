@@ -4,6 +4,7 @@ data. Needs the Prometheus binary, not the cluster."""
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 
@@ -11,6 +12,7 @@ import pytest
 
 from devcluster import prometheus as prom
 from tests.support.ports import free_port
+from tests.support.waits import wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -61,9 +63,12 @@ def test_every_dashboard_query_returns_data_from_real_prometheus(tmp_path):
             om.RECONCILE_TIME.labels(om.CONTROLLER).observe(0.01)
             om.RATE_LIMITER_WAIT.labels("POST").observe(0.0)
             om.REST_REQUESTS.labels("200", "POST").inc()
+            om.REQUEST_DURATION.labels("POST").observe(0.02)
             om.PODS_CREATED.inc(2)
             om.TIME_TO_CREATED.observe(0.2)
             om.TIME_TO_RUNNING.observe(1.5)
+            om.RESTART_DETECT.labels("InPlace").observe(0.5)  # status.goodput's restart entries
+            om.RESTART_RECOVER.labels("InPlace").observe(6.0)
             for rank, m in enumerate(trainers):
                 m.observe_step(duration=0.05 + 0.01 * rank, samples=32, data_wait=0.005, comm_exposed=0.01,
                                loss=2.0 / step, learning_rate=0.1, grad_norm=1.0, epoch=0, timestamp=time.time(),
@@ -81,14 +86,16 @@ def test_every_dashboard_query_returns_data_from_real_prometheus(tmp_path):
         prom.wait_ready(proc.url, proc=proc)
         prom.wait_targets_up(proc.url, 3, timeout=30)
         # rate() over 30s needs two samples per series: a few 1s scrapes.
-        deadline = time.monotonic() + 30
         queries = prom.dashboard_queries(values={"namespace": "ns", "job": "demo", "operator": prom.OPERATOR_JOB})
         empty = queries
-        while time.monotonic() < deadline:
+
+        def every_query_has_data() -> bool:
+            nonlocal empty
             empty = [(d, t, e) for d, t, e in queries if not prom.query(proc.url, e)]
-            if not empty:
-                break
-            time.sleep(1)
+            return not empty
+
+        with contextlib.suppress(AssertionError):  # the assert below names the queries still empty
+            wait_until(every_query_has_data, timeout=30, interval=1, what="data for every dashboard query")
         assert not empty, "queries without data:\n" + "\n".join(f"{d}: {t}: {e}" for d, t, e in empty)
         # The template variables' label_values() sources exist too.
         assert prom.query(proc.url, 'count by (namespace, dpjob_job) (dpjob_trainer_info)')

@@ -13,6 +13,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pytest
+from kubernetes import client
 
 from dpjob_operator.api.observed import PodObservation, RankTableOutcome, observe_pod
 from dpjob_operator.api.pools import DEFAULT_POOLS
@@ -29,12 +30,14 @@ from dpjob_operator.reconcile.actions import (
     CreatePods,
     DeletePods,
     EnsureEnvironment,
+    EnsureNetworkPolicy,
     EnsureService,
     Plan,
 )
 from dpjob_operator.reconcile.planner import plan_job
 from tests.support import cluster as dpj
 from tests.support.builders import JobBuilder
+from tests.support.clocks import FakeClock
 from tests.support.waits import wait_until
 
 pytestmark = pytest.mark.integration
@@ -47,7 +50,8 @@ class Harness:
         self.loop = asyncio.new_event_loop()
         kube = KubeClient(api, qps=50, burst=100)
         blocking = Blocking(self.loop, max_workers=4, concurrency=8)
-        self.executor = Executor(OperatorConfig(), kube, blocking, Gangs(kube, blocking), Timings())
+        self.clock = FakeClock()  # the memos and expectations expire when a test moves it
+        self.executor = Executor(OperatorConfig(), kube, blocking, Gangs(kube, blocking), Timings(), clock=self.clock)
 
     def run(self, job: Job, plan: Plan, pods: Sequence[PodObservation] = ()) -> None:
         self.loop.run_until_complete(self.executor.execute(job, plan, pods))
@@ -80,11 +84,13 @@ def test_a_new_jobs_plan_creates_its_service_rank_table_and_rank_pods(api, core,
     outcome = RankTableOutcome(table.ready, table.reason, table.message, table.version, table.files)
     plan = plan_job(job, {}, [], datetime.now(UTC), DEFAULT_POOLS["cpu"], outcome)
     kinds = [type(a).__name__ for a in plan.actions]
-    assert kinds == ["ApplyRankTable", "EnsureService", "EnsureEnvironment", "CreatePods"], kinds
+    assert kinds == ["ApplyRankTable", "EnsureService", "EnsureNetworkPolicy", "EnsureEnvironment", "CreatePods"], kinds
     harness.run(job, plan)
 
     svc = core.read_namespaced_service("exec", namespace)
     assert svc.spec.cluster_ip == "None" and _owned_by(svc, job)
+    policy = client.NetworkingV1Api(api).read_namespaced_network_policy("exec", namespace)
+    assert _owned_by(policy, job) and policy.spec.pod_selector.match_labels["dpjob.io/job-name"] == "exec"
     cms = core.list_namespaced_config_map(namespace, label_selector="dpjob.io/job-name=exec").items
     assert [cm.metadata.name for cm in cms] == ["exec-env", "exec-ranktable"] and all(_owned_by(cm, job) for cm in cms)
     assert cms[0].data["WORLD_SIZE"] == "3" and "RANK" not in cms[0].data  # shared by all; each rank's own inline
@@ -141,16 +147,13 @@ def test_observed_pods_round_trip_into_the_planner(api, core, namespace, harness
 
 
 def test_a_service_or_rank_table_someone_deleted_comes_back_once_the_memo_expires(api, core, namespace, harness):
-    import time
-
     job = _created_job(api, namespace, replicas=2)
     table = build_job_rank_tables(job, 0, [])
     plan = Plan({}, [ApplyRankTable(dict(table.files)), EnsureService()])
-    harness.executor.memo_seconds = 0.5
     harness.run(job, plan)
     core.delete_namespaced_service("exec", namespace)
     core.delete_namespaced_config_map("exec-ranktable", namespace)
-    time.sleep(0.6)
+    harness.clock.advance(harness.executor.memo_seconds + 1)
     harness.run(job, plan)  # a later resync pass
     assert _owned_by(core.read_namespaced_service("exec", namespace), job)
     assert _owned_by(core.read_namespaced_config_map("exec-ranktable", namespace), job)
@@ -174,6 +177,9 @@ def test_a_rank_table_write_into_a_namespace_being_deleted_is_not_reported_as_a_
             harness.run(job, Plan({}, [ApplyRankTable(dict(table.files))]))
         assert errors.is_namespace_terminating(raised.value), raised.value
         assert harness.executor.rank_table_write_error(job.uid) is None
+        with pytest.raises(errors.ApiError) as raised:  # nor a verdict on the operator's RBAC
+            harness.run(job, Plan({}, [EnsureNetworkPolicy()]))
+        assert errors.is_namespace_terminating(raised.value) and harness.executor.policies.enabled
     finally:
         core.patch_namespaced_config_map("hold", namespace, {"metadata": {"finalizers": None}})
 
@@ -240,8 +246,8 @@ def test_a_first_pass_planned_from_an_old_view_makes_no_pod_group_and_no_pod_and
 
     job = _gang_job(api, namespace, harness)
     plan = _first_pass(job)
-    assert [type(a).__name__ for a in plan.actions] == ["ApplyRankTable", "EnsureService", "EnsureEnvironment",
-                                                        "EnsureGang", "CreatePods"]
+    assert [type(a).__name__ for a in plan.actions] == ["ApplyRankTable", "EnsureService", "EnsureNetworkPolicy",
+                                                        "EnsureEnvironment", "EnsureGang", "CreatePods"]
     with pytest.raises(RuntimeError, match="409"):
         harness.loop.run_until_complete(harness.executor.execute(job, plan, (), refused))
     assert core.read_namespaced_service("exec", namespace).metadata.owner_references[0].uid == job.uid

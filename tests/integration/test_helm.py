@@ -57,7 +57,7 @@ def test_rendered_chart_is_accepted_by_the_api_server(cluster, namespace):
     """`kubectl apply --dry-run=server`: admission, defaulting and the OpenAPI schema of every object.
 
     The monitoring.coreos.com CRDs are not installed in the local cluster, so the monitors stay
-    disabled here (tests/unit/test_dashboards.py checks their rendering).
+    disabled here (tests/unit/test_chart.py checks their rendering).
     """
     release = release_name()
     out = template(release, namespace).stdout

@@ -13,10 +13,11 @@ a 10 s lease, renew deadline 7 s, retry 2 s (api/lease.py).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import re
 import time
-from collections.abc import Callable, Coroutine
+from collections.abc import AsyncIterator, Callable, Coroutine
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -81,11 +82,17 @@ async def stored_spec(namespace: str) -> dict[str, Any]:
     return await asyncio.to_thread(spec_of, namespace)
 
 
-def pair(api: Any, namespace: str) -> tuple[Candidate, Candidate]:
+@contextlib.asynccontextmanager
+async def pair(api: Any, namespace: str) -> AsyncIterator[tuple[Candidate, Candidate]]:
+    """Two candidates campaigning; both stopped at the end, whatever happened (a stopped one stays so)."""
     a, b = Candidate(api, namespace, "a"), Candidate(api, namespace, "b")
     a.elector.start()
     b.elector.start()
-    return a, b
+    try:
+        yield a, b
+    finally:
+        for candidate in (a, b):
+            await candidate.elector.stop(release_lease=False)
 
 
 async def one_leader(a: Candidate, b: Candidate) -> tuple[Candidate, Candidate]:
@@ -99,43 +106,43 @@ async def one_leader(a: Candidate, b: Candidate) -> tuple[Candidate, Candidate]:
 
 def test_exactly_one_leads_and_a_dead_leader_is_replaced_when_its_lease_expires(api, namespace):
     async def scenario() -> None:
-        a, b = pair(api, namespace)
-        leader, standby = await one_leader(a, b)
-        spec = await stored_spec(namespace)
-        assert spec["holderIdentity"] == leader.elector.identity and spec["leaseTransitions"] == 0
-        assert spec["leaseDurationSeconds"] == TIMINGS.lease_duration
-        assert leader.elector.role == "leader" and standby.elector.role == "standby" and not standby.started
+        async with pair(api, namespace) as (a, b):
+            leader, standby = await one_leader(a, b)
+            spec = await stored_spec(namespace)
+            assert spec["holderIdentity"] == leader.elector.identity and spec["leaseTransitions"] == 0
+            assert spec["leaseDurationSeconds"] == TIMINGS.lease_duration
+            assert leader.elector.role == "leader" and standby.elector.role == "standby" and not standby.started
 
-        await leader.elector.stop(release_lease=False)  # it dies: no more renewals, no release
-        took = await eventually(lambda: standby.leading, TIMINGS.lease_duration + 8, "the standby to take over")
-        # Not before the Lease expired (its last renewal was at most one retry period before the
-        # death), and not much after.
-        assert TIMINGS.lease_duration - TIMINGS.retry_period - 1 <= took <= TIMINGS.lease_duration + 6, took
-        spec = await stored_spec(namespace)
-        assert spec["holderIdentity"] == standby.elector.identity and spec["leaseTransitions"] == 1
-        acquired, renewed = parse_micro_iso(spec["acquireTime"]), parse_micro_iso(spec["renewTime"])
-        assert acquired is not None and renewed is not None and acquired <= renewed
-        await asyncio.sleep(2 * TIMINGS.retry_period)
-        assert (await stored_spec(namespace))["leaseTransitions"] == 1, "the new leader renews: no more transitions"
-        assert standby.stopped == []
-        await standby.elector.stop()
+            await leader.elector.stop(release_lease=False)  # it dies: no more renewals, no release
+            took = await eventually(lambda: standby.leading, TIMINGS.lease_duration + 8, "the standby to take over")
+            # Not before the Lease expired (its last renewal was at most one retry period before the
+            # death), and not much after.
+            assert TIMINGS.lease_duration - TIMINGS.retry_period - 1 <= took <= TIMINGS.lease_duration + 6, took
+            spec = await stored_spec(namespace)
+            assert spec["holderIdentity"] == standby.elector.identity and spec["leaseTransitions"] == 1
+            acquired, renewed = parse_micro_iso(spec["acquireTime"]), parse_micro_iso(spec["renewTime"])
+            assert acquired is not None and renewed is not None and acquired <= renewed
+            await asyncio.sleep(2 * TIMINGS.retry_period)
+            assert (await stored_spec(namespace))["leaseTransitions"] == 1, "the new leader renews: no more transitions"
+            assert standby.stopped == []
+            await standby.elector.stop()
     run(scenario)
 
 
 def test_a_graceful_stop_releases_the_lease_and_the_standby_leads_within_a_retry_period(api, namespace):
     async def scenario() -> None:
-        a, b = pair(api, namespace)
-        leader, standby = await one_leader(a, b)
-        await leader.elector.stop(release_lease=True)
-        took = await eventually(lambda: standby.leading, HANDOVER + 1, "the standby to lead after the release")
-        assert took <= HANDOVER, took
-        spec = await stored_spec(namespace)
-        # The release kept the count; the takeover added one.
-        assert spec["holderIdentity"] == standby.elector.identity and spec["leaseTransitions"] == 1
-        await standby.elector.stop()
-        released = await stored_spec(namespace)
-        assert "holderIdentity" not in released and released["leaseDurationSeconds"] == 1
-        assert released["leaseTransitions"] == 1
+        async with pair(api, namespace) as (a, b):
+            leader, standby = await one_leader(a, b)
+            await leader.elector.stop(release_lease=True)
+            took = await eventually(lambda: standby.leading, HANDOVER + 1, "the standby to lead after the release")
+            assert took <= HANDOVER, took
+            spec = await stored_spec(namespace)
+            # The release kept the count; the takeover added one.
+            assert spec["holderIdentity"] == standby.elector.identity and spec["leaseTransitions"] == 1
+            await standby.elector.stop()
+            released = await stored_spec(namespace)
+            assert "holderIdentity" not in released and released["leaseDurationSeconds"] == 1
+            assert released["leaseTransitions"] == 1
     run(scenario)
 
 
@@ -201,7 +208,11 @@ def test_only_the_leader_reconciles_and_a_killed_leaders_jobs_are_taken_over(clu
         dpj.create(api, namespace, JobBuilder("one", namespace).replicas(3).obj())
         wait_pods(core, namespace, "one", 3)
         dpj.wait_phase(api, namespace, "one", "Running")
-        time.sleep(6)  # more than a resync (5 s): a standby that reconciled would have by now
+        # One more pass of the leader (these operators watch only this namespace): a standby that
+        # reconciled would have by now, on the same events and resync timers.
+        passes = _metric(first.metrics(), "controller_runtime_reconcile_total")
+        wait_until(lambda: _metric(first.metrics(), "controller_runtime_reconcile_total") > passes, timeout=15,
+                   what="the leader's next pass of the job")
         assert len(dpj.rank_pods(core, namespace, "one")) == 3
         leader_metrics, standby_metrics = first.metrics(), second.metrics()
         assert _metric(leader_metrics, "dpjob_pods_created_total") == 3

@@ -4,6 +4,8 @@ right environment, truthful status, gang restarts, lifecycle policies and cleanu
 from __future__ import annotations
 
 import json
+import re
+from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -14,7 +16,7 @@ from tests.support import cluster as dpj
 from tests.support.builders import JobBuilder
 from tests.support.cluster import kubectl, wait_pods
 from tests.support.kwok import fail_pod
-from tests.support.paths import example_files
+from tests.support.paths import REPO, example_files
 from tests.support.waits import wait_until
 
 pytestmark = pytest.mark.integration
@@ -57,8 +59,37 @@ def expected(example: Path, manifest: dict) -> tuple:
     return EXPECTED.get(example.name, (spec.get("accelerator", "cpu"), spec["replicas"], None, None))
 
 
+def storage_of(example: Path) -> list[str]:
+    """The examples/storage/ files the example's header says to apply first (its claims' volumes)."""
+    header = "".join(line for line in example.read_text().splitlines(keepends=True) if line.startswith("#"))
+    return sorted(set(re.findall(r"examples/storage/[\w.-]+\.yaml", header)))
+
+
+@pytest.fixture
+def example_storage(namespace, request) -> Iterator[None]:
+    """Apply the storage the example's header names, in the test's namespace; afterwards delete the
+    job, then that storage, waiting: its PersistentVolume is cluster-scoped and binds one claim, so
+    it must be gone before the next example applies it again. One left Released by an interrupted
+    run would bind no new claim: it is deleted first."""
+    example = request.node.callspec.params["example"]
+    storage = [str(REPO / ref) for ref in storage_of(example)]
+    for path in storage:
+        volumes = [d["metadata"]["name"] for d in yaml.safe_load_all(Path(path).read_text())
+                   if d and d["kind"] == "PersistentVolume"]
+        if volumes:
+            kubectl("delete", "pv", *volumes, "--ignore-not-found", "--timeout=60s", check=False)
+        out = kubectl("apply", "-n", namespace, "-f", path, check=False)
+        assert out.returncode == 0, out.stderr
+    yield
+    if storage:
+        kubectl("delete", "-n", namespace, "-f", str(example), "--cascade=foreground", "--timeout=120s", check=False)
+    for path in storage:
+        kubectl("delete", "-n", namespace, "-f", path, "--ignore-not-found", "--timeout=120s")
+
+
 @pytest.mark.parametrize("example", example_files(), ids=lambda p: p.name)
-def test_example_runs_on_the_right_pool_with_the_right_env(api, core, namespace, operator, example: Path):
+def test_example_runs_on_the_right_pool_with_the_right_env(api, core, namespace, operator, example_storage,
+                                                            example: Path):
     manifest = yaml.safe_load(example.read_text())
     pool, replicas, world, device = expected(example, manifest)
     out = kubectl("apply", "-n", namespace, "-f", str(example), check=False)
@@ -80,8 +111,9 @@ def test_example_runs_on_the_right_pool_with_the_right_env(api, core, namespace,
     svc = core.read_namespaced_service(name, namespace)
     assert svc.spec.cluster_ip == "None" and svc.spec.publish_not_ready_addresses is True
     # kube-controller-manager's EndpointSlices: the DNS records CoreDNS serves, rank 0's alone by default
-    wait_until(lambda: published_hostnames(namespace, name) == [f"{name}-rank-0"], timeout=30,
-               what=f"the Service {name} to publish rank 0 alone")
+    published = replicas if (manifest["spec"].get("rendezvous") or {}).get("dnsRecords") == "allRanks" else 1
+    wait_until(lambda: published_hostnames(namespace, name) == [f"{name}-rank-{i}" for i in range(published)],
+               timeout=30, what=f"the Service {name} to publish {published} rank(s)")
     columns = kubectl("get", "dpj", name, "-n", namespace).stdout
     for header in ("PHASE", "READY", "WORLD", "ACCELERATOR", "RESTARTS", "AGE"):
         assert header in columns

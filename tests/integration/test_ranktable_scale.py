@@ -5,6 +5,7 @@ and a table the API server refuses to store reported as ``RankTableWriteFailed``
 from __future__ import annotations
 
 import json
+from collections import Counter
 from collections.abc import Iterator
 
 import pytest
@@ -13,7 +14,7 @@ from kubernetes import client
 from devcluster.cluster import PoolSpec, node_manifest
 from tests.support import cluster as dpj
 from tests.support.builders import JobBuilder
-from tests.support.waits import wait_until
+from tests.support.waits import TimedOut, wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -55,10 +56,11 @@ def test_the_crd_refuses_a_gang_whose_rank_table_cannot_fit(api, namespace, buil
 
 @pytest.fixture()
 def extra_cpu_nodes(core) -> Iterator[list[str]]:
-    """Nine more kwok nodes in the cpu pool: with the two of the dev cluster, room for 1,210 pods."""
-    pool = PoolSpec("cpu", 9, {"dpjob.io/pool": "cpu"}, [], {})
+    """Eleven more kwok nodes in the cpu pool: with the two of the dev cluster, room for 1,430 pods, so
+    pods of earlier tests still being deleted cannot leave a rank of the 1,100 without a place."""
+    pool = PoolSpec("cpu", 11, {"dpjob.io/pool": "cpu"}, [], {})
     names = []
-    for i in range(100, 109):
+    for i in range(100, 111):
         manifest = node_manifest(pool, i)
         core.create_node(manifest)
         names.append(manifest["metadata"]["name"])
@@ -82,7 +84,10 @@ def test_a_1100_by_8_rank_table_is_published_compact_on_kwok_nodes(api, core, na
         return {"table": table, "text": data["ranktable.json"]} \
             if table.get("status") == "completed" and rt.get("ready") else None
 
-    done = wait_until(completed, timeout=420, interval=2, what="the 1,100 x 8 table completed")
+    try:
+        done = wait_until(completed, timeout=420, interval=2, what="the 1,100 x 8 table completed")
+    except TimedOut as e:
+        raise TimedOut(f"{e}\n{_diagnosis(api, core, namespace, 'big')}") from None
     table, text = done["table"], done["text"]
     assert table["worldSize"] == replicas * procs and len(table["servers"]) == replicas
     assert sorted(s["podIndex"] for s in table["servers"]) == list(range(replicas))
@@ -93,6 +98,24 @@ def test_a_1100_by_8_rank_table_is_published_compact_on_kwok_nodes(api, core, na
     assert conds["RankTableReady"]["status"] == "True"
     dpj.delete(api, namespace, "big")
     wait_until(lambda: not dpj.rank_pods(core, namespace, "big"), timeout=300, interval=2, what="1,100 pods gone")
+
+
+def _diagnosis(api, core, namespace: str, name: str) -> str:
+    """What a stuck big job looks like: its pods by phase and node, why one waits, its status."""
+    pods = dpj.rank_pods(core, namespace, name)
+    phases = Counter((p.status.phase, bool(p.status.pod_ip)) for p in pods)
+    pending = next((p for p in pods if p.status.phase == "Pending"), None)
+    why = [(c.type, c.reason, c.message) for c in (pending.status.conditions or [])] if pending else []
+    cpu_nodes = core.list_node(label_selector="dpjob.io/pool=cpu").items
+    load = Counter(p.spec.node_name for p in core.list_pod_for_all_namespaces(
+        field_selector="status.phase!=Succeeded,status.phase!=Failed").items if p.spec.node_name)
+    nodes = {n.metadata.name: (load[n.metadata.name], [c.type for c in n.status.conditions or []
+                                                         if c.status == "True"]) for n in cpu_nodes}
+    st = dpj.status(api, namespace, name)
+    conditions = [(c["type"], c["status"], c.get("reason")) for c in st.get("conditions") or []]
+    return (f"pods: {len(pods)} by (phase, has IP): {dict(phases)}; a pending pod's conditions: {why}; "
+            f"cpu nodes (pods, true conditions): {nodes}; status: phase={st.get('phase')} "
+            f"rankTable={st.get('rankTable')} conditions={conditions}")
 
 
 def test_a_table_the_api_server_refuses_is_reported_and_written_once_allowed(api, core, namespace, operator):

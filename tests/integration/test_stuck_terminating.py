@@ -26,6 +26,7 @@ import pytest
 import urllib3
 from kubernetes import client, watch
 
+from devcluster.kwok_pools import DECLARED_FEATURES
 from tests.support import cluster as dpj
 from tests.support.builders import JobBuilder
 from tests.support.cluster import GROUP, JOB_LABEL, PLURAL, RESTART_LABEL, VERSION, wait_pods
@@ -41,7 +42,8 @@ def dead_node(core) -> Iterator[str]:
     capacity = {"cpu": "8", "memory": "32Gi", "pods": "110"}
     core.create_node({"apiVersion": "v1", "kind": "Node",
                       "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name}},
-                      "status": {"capacity": capacity, "allocatable": capacity}})
+                      "status": {"capacity": capacity, "allocatable": capacity,
+                                 "declaredFeatures": list(DECLARED_FEATURES)}})
     yield name
     core.delete_node(name)
 

@@ -7,13 +7,14 @@ fake. Every wait here goes through ``waits.wait_until`` and names what it waits 
 
 from __future__ import annotations
 
+import functools
 import json
-import subprocess
 from collections.abc import Callable
 from typing import Any
 
 from kubernetes import client
 
+from devcluster import kube
 from tests.support.paths import DEVCLUSTER, KUBECONFIG
 from tests.support.waits import wait_until
 
@@ -21,10 +22,8 @@ GROUP, VERSION, PLURAL = "dpjob.io", "v1alpha1", "dataparalleljobs"
 JOB_LABEL, RANK_LABEL, RESTART_LABEL = "dpjob.io/job-name", "dpjob.io/rank", "dpjob.io/restart"
 
 
-def kubectl(*args: str, stdin: str | None = None, check: bool = True) -> subprocess.CompletedProcess[str]:
-    """Run the cluster's own kubectl (built from the same Kubernetes release) against the dev cluster."""
-    return subprocess.run([str(DEVCLUSTER / "bin" / "kubectl"), "--kubeconfig", str(KUBECONFIG), *args],
-                          input=stdin, capture_output=True, text=True, check=check)
+# The cluster's own kubectl against the tests' kubeconfig (DPJOB_TEST_KUBECONFIG can point it elsewhere).
+kubectl = functools.partial(kube.kubectl, kubeconfig=KUBECONFIG, binary=DEVCLUSTER / "bin" / "kubectl")
 
 
 def _jobs(api: client.ApiClient) -> Any:

@@ -1,4 +1,4 @@
-"""Make a kwok pod fail on demand, through the dev cluster's chaos stage (devcluster/cluster.py
+"""Make a kwok pod fail on demand, through the dev cluster's chaos stage (devcluster/kwok_pools.py
 installs kwok's ``pod-container-running-failed`` stage): a running pod labelled so goes Failed
 after ``delay`` with its container's ``exit_code``. One spelling for the tests and the benchmarks."""
 

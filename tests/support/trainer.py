@@ -15,20 +15,21 @@ from typing import Any
 
 def run_trainer_in_process(report_dir: Path, args: list[str], metrics: Any = None) -> tuple[int, list[dict], dict]:
     """The CLI's parsing and ``Trainer.run()``; returns (exit code, log events, report)."""
-    from dpjob_trainer import train as train_mod
     from dpjob_trainer.__main__ import build_parser
+    from dpjob_trainer.config import TrainConfig
     from dpjob_trainer.env import parse_env
+    from dpjob_trainer.metrics import NullMetrics
+    from dpjob_trainer.stop_flag import StopFlag
+    from dpjob_trainer.train import Trainer
 
-    class NoSignals(train_mod.StopFlag):
+    class NoSignals(StopFlag):
         def install(self) -> None:  # leave pytest's own SIGTERM handling alone
             pass
 
     parsed = build_parser().parse_args(["--metrics-port", "0", "--log-every", "1", "--report", str(report_dir), *args])
-    fields = train_mod.TrainConfig.__dataclass_fields__
-    cfg = train_mod.TrainConfig(**{k: v for k, v in vars(parsed).items() if k in fields})
     out = io.StringIO()
-    trainer = train_mod.Trainer(cfg, parse_env({"DPJOB_BACKEND": "gloo"}), metrics or train_mod.NullMetrics(),
-                                NoSignals(), out)
+    trainer = Trainer(TrainConfig.from_args(parsed), parse_env({"DPJOB_BACKEND": "gloo"}), metrics or NullMetrics(),
+                      NoSignals(), out)
     code = trainer.run()
     events = [json.loads(line) for line in out.getvalue().splitlines()]
     return code, events, json.loads((report_dir / "report-rank0.json").read_text())

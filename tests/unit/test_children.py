@@ -17,6 +17,7 @@ import pytest
 
 from dpjob_operator.controller.blocking import together
 from dpjob_operator.controller.children import ChildGone, create_or_claim, read_and_claim
+from tests.support.clocks import ManualSleep
 
 pytestmark = pytest.mark.unit
 
@@ -76,15 +77,23 @@ def test_read_and_claim(there: dict[str, Any] | None, expect: Any) -> None:
 
 def test_together_lets_every_step_finish_and_raises_the_first_failure() -> None:
     finished: list[str] = []
+    latency = ManualSleep()  # the API's answer to the two slow calls comes when the test says so
 
-    async def step(name: str, delay: float, fail: bool) -> None:
-        await asyncio.sleep(delay)
+    async def step(name: str, slow: bool, fail: bool) -> None:
+        if slow:
+            await latency(0.01)
         finished.append(name)
         if fail:
             raise RuntimeError(name)
 
     async def run() -> None:
-        await together(step("service", 0.02, False), step("table", 0.0, True), step("gang", 0.01, True))
+        calls = asyncio.create_task(together(step("service", True, False), step("table", False, True),
+                                               step("gang", True, True)))
+        async with asyncio.timeout(10):  # a guard against a hang; nothing here waits on time
+            await latency.parked(2)  # the table failed; the other two are still in flight
+        assert finished == ["table"]
+        latency.release()
+        await calls
 
     with pytest.raises(RuntimeError, match=r"^table$"):
         asyncio.run(run())
@@ -92,10 +101,19 @@ def test_together_lets_every_step_finish_and_raises_the_first_failure() -> None:
 
 
 def test_together_costs_one_round_trip_not_one_each() -> None:
-    async def run() -> float:
-        loop = asyncio.get_running_loop()
-        start = loop.time()
-        await together(*(asyncio.sleep(0.1) for _ in range(3)))
-        return loop.time() - start
+    latency = ManualSleep()
 
-    assert asyncio.run(run()) < 0.25
+    async def run() -> int:
+        in_flight = 0
+
+        async def observe() -> None:
+            nonlocal in_flight
+            async with asyncio.timeout(10):  # a guard: calls sent one after another never get there
+                await latency.parked(3)  # all three in flight at once: one round trip of latency, not three
+            in_flight = latency.sleeping
+            latency.release()
+
+        await asyncio.gather(observe(), together(*(latency(0.1) for _ in range(3))))
+        return in_flight
+
+    assert asyncio.run(run()) == 3

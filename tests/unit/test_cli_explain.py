@@ -185,6 +185,13 @@ def test_with_a_topology_key_the_gang_must_fit_in_one_domain():
      {"key": "nvidia.com/gpu", "value": "present", "effect": "NoExecute"}, False),  # another effect
     ([{"key": "k", "value": "v"}], {"key": "k", "value": "v", "effect": "NoSchedule"}, True),  # Equal by default
     ([{"key": "k", "value": "w"}], {"key": "k", "value": "v", "effect": "NoSchedule"}, False),
+    # Kubernetes' ToleratesTaint: Exists ignores the value, an empty effect matches every effect, and an
+    # empty key with Exists is still bound by its effect.
+    ([{"key": "k", "operator": "Exists", "value": "ignored"}], {"key": "k", "value": "v", "effect": "NoExecute"}, True),
+    ([{"key": "k", "operator": "Equal", "value": "v"}], {"key": "k", "value": "v", "effect": "NoExecute"}, True),
+    ([{"operator": "Exists", "effect": "NoSchedule"}], {"key": "k", "effect": "NoExecute"}, False),
+    ([{"key": "other", "operator": "Exists"}], {"key": "k", "effect": "NoSchedule"}, False),
+    ([], {"key": "k", "effect": "NoSchedule"}, False),
 ])
 def test_the_cli_and_the_operator_agree_on_which_taints_a_pod_tolerates(tolerations, taint, expected):
     """`dpjob explain` says whether a gang fits; the operator says why it does not: one rule."""

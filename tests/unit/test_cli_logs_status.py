@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from dpjob_cli.errors import CliError, ExitCode
+from dpjob_cli.log_options import WHOLE_LOG, LogOptions
 from dpjob_cli.logs import LogFollower, pods_to_follow, read_logs, select_pods
 from dpjob_cli.status import age, failure_summary, list_row, render_status, status_view
 
@@ -17,7 +18,7 @@ pytestmark = pytest.mark.unit
 
 
 def pod(rank: int, restart: int = 0, state: str = "running", job: str = "train", exit_code: int = 0,
-        deleting: bool = False) -> dict[str, Any]:
+        deleting: bool = False, restarted_in_place: int = 0) -> dict[str, Any]:
     states = {"running": {"running": {}}, "terminated": {"terminated": {"exitCode": exit_code, "reason": "Error"
                                                                        if exit_code else "Completed"}},
               "waiting": {"waiting": {"reason": "ContainerCreating"}}}
@@ -28,24 +29,32 @@ def pod(rank: int, restart: int = 0, state: str = "running", job: str = "train",
         meta["deletionTimestamp"] = "2026-11-23T00:00:00Z"
     phase = {"running": "Running", "waiting": "Pending", "terminated": "Failed" if exit_code else "Succeeded"}[state]
     return {"metadata": meta, "spec": {"nodeName": "real-0"},
-            "status": {"phase": phase, "containerStatuses": [{"name": "trainer", "state": states[state]}]}}
+            "status": {"phase": phase, "containerStatuses": [
+                {"name": "trainer", "state": states[state], "restartCount": restarted_in_place,
+                 **({"lastState": {"terminated": {"exitCode": 137}}} if restarted_in_place else {})}]}}
 
 
 class FakeSource:
-    """Pods per poll (the last list repeats) and each pod's log lines, keyed by pod uid."""
+    """Pods per poll (the last list repeats) and each pod's log lines, keyed by pod uid; remembers the
+    options each read and stream asked for, by pod uid."""
 
     def __init__(self, polls: list[list[dict[str, Any]]], logs: dict[str, list[str]]) -> None:
         self.polls, self.logs, self.uid_of = polls, logs, {}
+        self.asked: dict[str, LogOptions] = {}
 
     def list_pods(self, namespace: str, selector: str) -> list[dict[str, Any]]:
         pods = self.polls.pop(0) if len(self.polls) > 1 else self.polls[0]
         self.uid_of.update({p["metadata"]["name"]: p["metadata"]["uid"] for p in pods})
         return pods
 
-    def read_log(self, namespace: str, pod: str, container: str, tail: int | None = None) -> str:
+    def read_log(self, namespace: str, pod: str, container: str, options: LogOptions = WHOLE_LOG) -> str:
+        self.asked[self.uid_of[pod]] = options
+        if options.previous and self.uid_of[pod] not in self.logs:
+            raise CliError(ExitCode.API_ERROR, f'previous terminated container "trainer" in pod "{pod}" not found')
         return "\n".join(self.logs[self.uid_of[pod]]) + "\n"
 
-    def stream_log(self, namespace: str, pod: str, container: str) -> Iterator[str]:
+    def stream_log(self, namespace: str, pod: str, container: str, options: LogOptions = WHOLE_LOG) -> Iterator[str]:
+        self.asked[self.uid_of[pod]] = options
         yield from self.logs[self.uid_of[pod]]
 
 
@@ -90,6 +99,42 @@ def test_logs_without_follow_prefix_only_when_several_ranks_are_shown():
     with pytest.raises(CliError) as err:
         read_logs(source, "ns", "train", {7}, prefix=False)
     assert err.value.code == ExitCode.NOT_FOUND and "rank 7" in err.value.message
+
+
+def test_previous_reads_the_ranks_that_restarted_in_place_and_says_which_did_not():
+    pods = [pod(0, restarted_in_place=1), pod(1), pod(2, restarted_in_place=2)]
+    source = FakeSource([pods], {"uid-0-0": ["r0 before the restart"]})  # rank 2's ended instance is gone
+    previous = LogOptions(previous=True, tail=5)
+    assert read_logs(source, "ns", "train", None, prefix=True, options=previous) == [
+        "[rank 0] r0 before the restart",
+        "[dpjob] rank 1 has no previous trainer instance (it has not restarted in its pod)",
+        '[dpjob] rank 2 has no previous trainer log: previous terminated container "trainer" in pod '
+        '"train-rank-2" not found']
+    assert source.asked["uid-0-0"] == previous and "uid-0-1" not in source.asked
+
+
+class RefusingSource(FakeSource):
+    def read_log(self, namespace: str, pod: str, container: str, options: LogOptions = WHOLE_LOG) -> str:
+        raise CliError(ExitCode.API_ERROR, "API server error 500 on pod train-rank-0")
+
+
+def test_a_failing_read_of_the_current_instance_still_fails_the_command():
+    with pytest.raises(CliError, match="error 500"):
+        read_logs(RefusingSource([[pod(0)]], {}), "ns", "train", {0}, prefix=False, options=LogOptions(tail=3))
+
+
+def test_follow_applies_tail_and_since_to_the_running_containers_and_reads_later_ones_whole():
+    source = FakeSource([[pod(0), pod(1, state="waiting")], [pod(0), pod(1)]], {"uid-0-0": ["a"], "uid-0-1": ["b"]})
+    finished = iter([False, False, True])
+    options = LogOptions(tail=10, since_seconds=60, timestamps=True)
+    lines = list(LogFollower(source, "ns", "train", poll=0.01, options=options).lines(lambda: next(finished, True)))
+    assert sorted(lines) == ["[rank 0] a", "[rank 1] b"]
+    assert source.asked == {"uid-0-0": options, "uid-0-1": LogOptions(timestamps=True)}
+
+
+def test_a_follower_refuses_the_previous_instance():
+    with pytest.raises(ValueError, match="previous"):
+        LogFollower(FakeSource([[]], {}), "ns", "train", options=LogOptions(previous=True))
 
 
 FAILED = {"metadata": {"name": "train", "namespace": "ns", "creationTimestamp": "2026-11-23T10:00:00Z"},

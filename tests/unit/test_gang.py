@@ -11,7 +11,14 @@ from dpjob_operator.api.timestamps import iso
 from dpjob_operator.builders import gang
 from dpjob_operator.builders.pods import build_rank_pod
 from dpjob_operator.config import DEFAULT_POOLS, load_config
-from dpjob_operator.reconcile.actions import CreatePods, EnsureEnvironment, EnsureGang, EnsureService, ReleaseGang
+from dpjob_operator.reconcile.actions import (
+    CreatePods,
+    EnsureEnvironment,
+    EnsureGang,
+    EnsureNetworkPolicy,
+    EnsureService,
+    ReleaseGang,
+)
 from dpjob_operator.reconcile.planner import plan_job
 from tests.support.builders import JobBuilder, pod
 
@@ -67,14 +74,14 @@ def test_rank_pod_names_its_pod_group_only_when_gang_scheduled():
 
 def test_new_gang_creates_its_pod_group_before_its_pods():
     p = plan(JobBuilder().replicas(4), gang_obs=GangObservation(4))
-    assert p.actions == [EnsureService(), EnsureEnvironment(), EnsureGang(0, 4),
+    assert p.actions == [EnsureService(), EnsureNetworkPolicy(), EnsureEnvironment(), EnsureGang(0, 4),
                          CreatePods((0, 1, 2, 3), 0, "train-gang-0")]
     assert p.status["gang"] == {"podGroup": "train-gang-0", "minCount": 4}
 
 
 def test_without_gang_pods_name_no_pod_group_and_nothing_is_released_that_never_existed():
     p = plan(JobBuilder().replicas(2))
-    assert p.actions == [EnsureService(), EnsureEnvironment(), CreatePods((0, 1), 0, None)]
+    assert p.actions == [EnsureService(), EnsureNetworkPolicy(), EnsureEnvironment(), CreatePods((0, 1), 0, None)]
     assert "gang" not in p.status
 
 

@@ -8,7 +8,14 @@ import pytest
 
 from dpjob_operator.api.pools import DEFAULT_POOLS
 from dpjob_operator.api.timestamps import iso
-from dpjob_operator.reconcile.actions import CreatePods, DeleteJob, DeletePods, EnsureEnvironment, EnsureService
+from dpjob_operator.reconcile.actions import (
+    CreatePods,
+    DeleteJob,
+    DeletePods,
+    EnsureEnvironment,
+    EnsureNetworkPolicy,
+    EnsureService,
+)
 from dpjob_operator.reconcile.planner import next_wakeup, plan_job
 from dpjob_operator.reconcile.restart import decide_failure
 from tests.support.builders import JobBuilder, pod
@@ -32,7 +39,7 @@ def deleted(p):
 
 def test_new_job_creates_every_rank_in_one_action_and_is_pending():
     p = plan(JobBuilder().replicas(4))
-    assert p.actions == [EnsureService(), EnsureEnvironment(), CreatePods((0, 1, 2, 3), 0)]
+    assert p.actions == [EnsureService(), EnsureNetworkPolicy(), EnsureEnvironment(), CreatePods((0, 1, 2, 3), 0)]
     assert p.status["phase"] == "Pending"
     assert p.status["worldSize"] == 4 and p.status["restarts"] == 0
     assert p.status["startTime"] == iso(NOW)

@@ -24,7 +24,9 @@ from dpjob_operator.builders.pods import build_rank_pod
 from dpjob_operator.reconcile.planner import plan_job
 from dpjob_operator.reconcile.progress import human_duration, progress_status
 from tests.support.builders import JobBuilder, pod
+from tests.support.clocks import FakeClock, ManualSleep
 from tests.support.podenv import rank_env
+from tests.support.waits import wait_until
 
 pytestmark = pytest.mark.unit
 NOW = datetime(2026, 11, 24, 12, 0, 0, tzinfo=UTC)
@@ -219,29 +221,35 @@ def test_the_reader_follows_rank_zero_and_enqueues_the_job_on_a_new_step():
     from dpjob_operator.controller.progress import ProgressReader, Target
 
     trainer, port = _served_trainer()
+    key = ("ns", "train")
 
     async def scenario():
         steps: list[tuple[str, str]] = []
-        reader = ProgressReader(steps.append, period=0.05)
-        target = Target(("ns", "train"), "train", 0, "127.0.0.1", port)
+        sleep = ManualSleep(FakeClock())  # each read is a step of the test: it waits for none
+        reader = ProgressReader(steps.append, period=PROGRESS_SECONDS, clock=sleep.clock, sleep=sleep)
+        target = Target(key, "train", 0, "127.0.0.1", port)
         view = reader.watch("uid", target)
         assert view.latest is None and view.restart == 0
-        await asyncio.sleep(0.3)
+        await sleep.parked()  # the first read is done
         assert steps == [] and reader.watch("uid", target).latest is None, "no step served yet"
         _step(trainer, 1)
-        await asyncio.sleep(0.3)
+        await sleep.step()
+        assert steps == [key], "a new step enqueues the job"
+        await sleep.step()
+        assert steps == [key], "an unchanged read enqueues nothing"
         _step(trainer, 2)
-        await asyncio.sleep(0.3)
+        await sleep.step()
         view = reader.watch("uid", target)
         reader.stop()
-        return steps, view
+        return steps, view, sleep.slept
 
     try:
-        steps, view = asyncio.run(scenario())
+        steps, view, slept = asyncio.run(scenario())
     finally:
         trainer.close()
-    assert steps == [("ns", "train"), ("ns", "train")], "one enqueue per new step, none per unchanged read"
+    assert steps == [key, key], "one enqueue per new step, none per unchanged read"
     assert (view.latest.step, view.latest.total_steps, view.base.step) == (2, 100, 1)
+    assert slept == [PROGRESS_SECONDS] * 4, "one read per period"
 
 
 def test_the_reader_refuses_a_report_that_names_another_job_and_survives_a_dead_endpoint(caplog):
@@ -254,21 +262,24 @@ def test_the_reader_refuses_a_report_that_names_another_job_and_survives_a_dead_
 
     async def scenario():
         steps: list[tuple[str, str]] = []
-        reader = ProgressReader(steps.append, period=0.05)
+        sleep = ManualSleep(FakeClock())
+        reader = ProgressReader(steps.append, period=PROGRESS_SECONDS, clock=sleep.clock, sleep=sleep)
         wrong = Target(("ns", "train"), "train", 0, "127.0.0.1", port)
         dead = Target(("ns", "dead"), "dead", 0, "127.0.0.1", free_port())
         reader.watch("a", wrong)
         reader.watch("b", dead)
-        await asyncio.sleep(0.4)
+        for _ in range(3):  # three reads of each
+            sleep.release()
+            await sleep.parked(2)
         seen = [reader.watch("a", wrong), reader.watch("b", dead)]
         reader.stop()
-        return steps, seen
+        return steps, seen, len(sleep.slept)
 
     try:
-        steps, seen = asyncio.run(scenario())
+        steps, seen, reads = asyncio.run(scenario())
     finally:
         trainer.close()
-    assert steps == [] and [v.latest for v in seen] == [None, None]
+    assert reads == 6 and steps == [] and [v.latest for v in seen] == [None, None]
     refusals = [r.getMessage() for r in caplog.records if "refused" in r.getMessage()]
     assert len(refusals) == 1, "logged once, not on every read"
     assert "train" in refusals[0] and "names job 'someone-else', not 'train'" in refusals[0]
@@ -305,21 +316,21 @@ def test_the_helper_users_copy_from_the_docs_serves_what_the_reader_takes():
 
     port = free_port()
     script = hanging_script(total=40, hang_after=5, step_seconds=0.05)
-    proc = subprocess.Popen([sys.executable, "-c", script], env={**os.environ, "DPJOB_METRICS_PORT": str(port)})
-    try:
-        deadline, rep = time.monotonic() + 30, None
-        while time.monotonic() < deadline and (rep is None or rep.step < 5):
-            text = asyncio.run(fetch_metrics("127.0.0.1", port, 2.0))
-            parsed = parse_contract(text) if text else None
-            rep = report_from_samples(parsed[0], 0, time.time()) if parsed else None
-            time.sleep(0.1)
-        time.sleep(0.5)
+    proc = subprocess.Popen([sys.executable, "-c", script], env={**os.environ, "DPJOB_METRICS_PORT": str(port)},
+                            stdout=subprocess.PIPE, text=True)
+
+    def report():
         text = asyncio.run(fetch_metrics("127.0.0.1", port, 2.0))
+        parsed = parse_contract(text) if text else None
+        return report_from_samples(parsed[0], 0, time.time()) if parsed else None
+
+    try:
+        assert proc.stdout.readline().strip() == "hanging after step 5"  # stops stepping from here on
+        rep = wait_until(report, timeout=30, what="the script's progress page")
     finally:
         proc.kill()
         proc.wait()
-    assert rep is not None and (rep.step, rep.total_steps, rep.loss) == (5, 40, 0.2)
-    assert report_from_samples(parse_contract(text)[0], 0, time.time()).step == 5, "the script hangs at step 5"
+    assert (rep.step, rep.total_steps, rep.loss) == (5, 40, 0.2), "the script hangs at step 5"
     assert abs(rep.last_step_time - time.time()) < 30
 
 

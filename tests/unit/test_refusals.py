@@ -14,10 +14,14 @@ from dpjob_operator.api.timestamps import iso
 from dpjob_operator.k8s import errors
 from dpjob_operator.k8s.errors import ApiError
 from dpjob_operator.reconcile.actions import Event
-from dpjob_operator.reconcile.conditions import get_condition
 from dpjob_operator.reconcile.refusals import create_refused_message, create_refused_status, invalid_spec_status
 
 pytestmark = pytest.mark.unit
+
+
+def get_condition(conditions: list[dict[str, Any]], type_: str) -> dict[str, Any] | None:
+    """The condition of ``type_`` as written (the wire form)."""
+    return next((c for c in conditions if c.get("type") == type_), None)
 EARLIER = datetime(2026, 11, 21, 11, 0, 0, tzinfo=UTC)
 NOW = datetime(2026, 11, 21, 12, 0, 0, tzinfo=UTC)
 RUNNING = {"phase": "Running", "reason": "AllRanksRunning", "restarts": 2, "worldSize": 8,

@@ -6,22 +6,18 @@ stores it (the CRD's ``default:`` values filled in). The CRD is the one the char
 from __future__ import annotations
 
 import copy
-from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from dpjob_operator.api.spec import parse_job
+from tests.support.crd import crd_schema
 
 pytestmark = pytest.mark.unit
-CRD = Path(__file__).resolve().parents[2] / "crds" / "dataparalleljob.yaml"
 
 
 def schema() -> dict[str, Any]:
-    doc = yaml.safe_load(CRD.read_text())
-    [version] = [v for v in doc["spec"]["versions"] if v.get("storage")]
-    return version["schema"]["openAPIV3Schema"]
+    return crd_schema()
 
 
 def apply_defaults(obj: Any, node: dict[str, Any]) -> Any:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from dpjob_trainer.__main__ import build_parser
+from tests.support.waits import wait_until
 
 pytestmark = pytest.mark.unit
 
@@ -44,7 +45,7 @@ def test_every_metric_is_exposed_with_its_type():
 
 def test_every_train_config_field_has_a_flag():
     pytest.importorskip("torch")
-    from dpjob_trainer.train import TrainConfig
+    from dpjob_trainer.config import TrainConfig
 
     dests = {a.dest for a in build_parser()._actions}
     assert set(TrainConfig.__dataclass_fields__) <= dests
@@ -107,7 +108,8 @@ def test_progress_contract_series_carry_the_global_step_total_and_checkpoint():
     s = _scrape(m)
     assert s["dpjob_trainer_total_steps"] == 600 and s["dpjob_trainer_checkpoint_step"] == 500
     assert "dpjob_trainer_checkpoint_timestamp_seconds" not in s
-    assert "dpjob_trainer_step" not in s, "the step must not appear before this process's first step"
+    assert "dpjob_trainer_step" not in s and "dpjob_trainer_first_step" not in s, \
+        "the step must not appear before this process's first step"
     for step in (501, 502):
         m.observe_step(duration=0.1, samples=8, data_wait=0.0, comm_exposed=0.0, loss=0.5, learning_rate=0.1,
                        grad_norm=1.0, epoch=3, timestamp=1000.0 + step, step=step, global_samples=16)
@@ -118,6 +120,8 @@ def test_progress_contract_series_carry_the_global_step_total_and_checkpoint():
     assert s["dpjob_trainer_global_samples_total"] == 32
     assert s["dpjob_trainer_last_step_timestamp_seconds"] == 1502.0
     assert s["dpjob_trainer_checkpoint_step"] == 502 and s["dpjob_trainer_checkpoint_timestamp_seconds"] == 2000.0
+    # goodput: where this process picked up (its first step) and when it stepped first
+    assert (s["dpjob_trainer_first_step"], s["dpjob_trainer_first_step_timestamp_seconds"]) == (501, 1501.0)
 
 
 def test_metrics_port_defaults_to_the_port_the_operator_names(monkeypatch):
@@ -128,14 +132,16 @@ def test_metrics_port_defaults_to_the_port_the_operator_names(monkeypatch):
 
 def _run_in_process(tmp_path, restart_count: str, *, sigterm_once_hung: bool):
     """A one-process trainer run with live metrics. With ``sigterm_once_hung``, SIGTERM's flag is set
-    one second after the step gauge reached 5; returns (exit code, the scrape made just before, log)."""
+    once the trainer logged its hang (it takes no step after that line); returns (exit code, the
+    scrape made just before, log)."""
     import io
     import threading
-    import time
 
+    from dpjob_trainer.config import TrainConfig
     from dpjob_trainer.env import parse_env
     from dpjob_trainer.metrics import TrainerMetrics
-    from dpjob_trainer.train import StopFlag, TrainConfig, Trainer
+    from dpjob_trainer.stop_flag import StopFlag
+    from dpjob_trainer.train import Trainer
 
     env = parse_env({"DPJOB_RESTART_COUNT": restart_count, "DPJOB_NAME": "hang"})
     metrics, stop, out = TrainerMetrics(), StopFlag(), io.StringIO()
@@ -144,12 +150,12 @@ def _run_in_process(tmp_path, restart_count: str, *, sigterm_once_hung: bool):
     seen: list[dict[str, float]] = []
 
     def sigterm_when_hung() -> None:
-        deadline = time.monotonic() + 60
-        while _scrape(metrics).get("dpjob_trainer_step") != 5 and time.monotonic() < deadline:
-            time.sleep(0.05)
-        time.sleep(1.0)  # a hung trainer takes no further step
-        seen.append(_scrape(metrics))
-        stop.requested = True
+        try:
+            wait_until(lambda: '"event": "hang"' in out.getvalue(), timeout=60, interval=0.05,
+                       what="the trainer's hang line")
+            seen.append(_scrape(metrics))
+        finally:
+            stop.requested = True  # a trainer that never hung must not block the test either
 
     watcher = threading.Thread(target=sigterm_when_hung, daemon=True)
     if sigterm_once_hung:

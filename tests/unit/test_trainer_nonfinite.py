@@ -36,6 +36,7 @@ torch = pytest.importorskip("torch")
 
 from dpjob_trainer import train as train_mod  # noqa: E402 - needs torch, skipped above without it
 from dpjob_trainer.checkpoint import nonfinite_entries  # noqa: E402
+from dpjob_trainer.events import emit  # noqa: E402
 from dpjob_trainer.nonfinite import EXIT_NONFINITE, NonfinitePolicy  # noqa: E402
 
 CTX = mp.get_context("forkserver")
@@ -88,7 +89,7 @@ def test_nonfinite_entries_names_every_nan_or_inf_tensor(state, bad):
 
 def test_log_lines_stay_strict_json_when_a_number_is_nan():
     out = io.StringIO()
-    train_mod.emit("step", out, loss=float("nan"), grad_norm=float("inf"), step=3)
+    emit("step", out, loss=float("nan"), grad_norm=float("inf"), step=3)
 
     def refuse(name: str) -> None:
         raise AssertionError(f"not JSON: {name}")

@@ -49,9 +49,12 @@ def test_returns_the_table_once_it_is_completed(tmp_path):
             write(path, timeline[now])
 
     fake = FakeTime(on_sleep)
-    table = wait_for_rank_table(str(path), timeout=10, poll=1.0, clock=fake.clock, sleep=fake.sleep)
+    told: list[str | None] = []
+    table = wait_for_rank_table(str(path), timeout=10, poll=1.0, clock=fake.clock, sleep=fake.sleep,
+                                waiting=told.append)
     assert table == completed
     assert fake.now == 3.0 and fake.sleeps == [1.0, 1.0, 1.0]
+    assert told == ["<file missing>"], "a waiting rank says so once, with what it read first"
 
 
 def test_already_completed_table_returns_without_sleeping(tmp_path):

@@ -54,9 +54,11 @@ def test_a_factor_of_one_or_less_is_refused(factor, window):
 def test_a_straggler_factor_of_zero_turns_detection_off(flag, detects):
     pytest.importorskip("torch")
     from dpjob_trainer.__main__ import build_parser
+    from dpjob_trainer.config import TrainConfig
     from dpjob_trainer.env import parse_env
     from dpjob_trainer.metrics import NullMetrics
-    from dpjob_trainer.train import StopFlag, TrainConfig, Trainer
+    from dpjob_trainer.stop_flag import StopFlag
+    from dpjob_trainer.train import Trainer
 
     args = vars(build_parser().parse_args(["--straggler-factor", flag]))
     cfg = TrainConfig(**{k: v for k, v in args.items() if k in TrainConfig.__dataclass_fields__})

@@ -66,7 +66,7 @@ def test_the_reports_parameter_hash_is_the_documented_one_and_quick_for_millions
     import hashlib
     import time
 
-    from dpjob_trainer.train import param_sha256
+    from dpjob_trainer.report import param_sha256
 
     model = build_task("transformer", seed=0, dataset_size=8).model  # width 256: 3.3M parameters
     expected = hashlib.sha256()

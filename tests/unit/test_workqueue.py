@@ -14,34 +14,30 @@ import pytest
 
 from dpjob_operator.controller.workqueue import ExponentialBackoff, WorkQueue
 from dpjob_operator.metrics import REGISTRY
+from tests.support.clocks import FakeTimers
 
 pytestmark = pytest.mark.unit
 _names = itertools.count()
 
 
-def new_queue() -> WorkQueue[str]:
-    """A queue with its own metric label, so tests do not see each other's adds."""
-    return WorkQueue(f"test-{next(_names)}")
+def new_queue(timers: FakeTimers | None = None) -> WorkQueue[str]:
+    """A queue with its own metric label, so tests do not see each other's adds; with ``timers``,
+    its delayed adds fire when the test moves the fake clock, not after real time."""
+    return WorkQueue(f"test-{next(_names)}", loop=timers)
 
 
 def metric(name: str, queue: WorkQueue[str]) -> float:
     return REGISTRY.get_sample_value(name, {"name": queue.name}) or 0.0
 
 
-async def count_passes(queue: WorkQueue[str], seconds: float) -> list[str]:
-    """Run one worker for ``seconds``; the keys it processed, in order."""
-    passes: list[str] = []
-
-    async def worker() -> None:
-        while True:
-            key = await queue.get()
-            passes.append(key)
-            queue.done(key)
-
-    task = asyncio.create_task(worker())
-    await asyncio.sleep(seconds)
-    task.cancel()
-    return passes
+async def taken(queue: WorkQueue[str]) -> list[str]:
+    """Every key waiting now, in the order workers would get them."""
+    keys = []
+    for _ in range(len(queue)):
+        key = await queue.get()
+        queue.done(key)
+        keys.append(key)
+    return keys
 
 
 # ---- one timer per key -------------------------------------------------------------------
@@ -53,13 +49,17 @@ async def count_passes(queue: WorkQueue[str], seconds: float) -> list[str]:
     ((0.01, 0.01, 0.01, 0.01), 1),
 ])
 def test_delayed_adds_of_one_key_share_one_timer(delays: tuple[float, ...], passes: int) -> None:
-    async def scenario() -> list[str]:
-        queue = new_queue()
+    async def scenario() -> tuple[int, list[str], int]:
+        timers = FakeTimers()
+        queue = new_queue(timers)
         for delay in delays:
             queue.add_after("ns/job", delay)
-        return await count_passes(queue, 0.2)
+        pending = timers.pending
+        timers.advance(max(delays) + 60)  # long after every delay asked for
+        return pending, await taken(queue), timers.pending
 
-    assert asyncio.run(scenario()) == ["ns/job"] * passes
+    pending, keys, left = asyncio.run(scenario())
+    assert (pending, keys, left) == (1, ["ns/job"] * passes, 0)
 
 
 @pytest.mark.parametrize("delays, fires_after", [
@@ -69,23 +69,29 @@ def test_delayed_adds_of_one_key_share_one_timer(delays: tuple[float, ...], pass
 ])
 def test_the_timer_kept_is_the_earliest(delays: tuple[float, ...], fires_after: float) -> None:
     async def scenario() -> float | None:
-        queue = new_queue()
-        start = asyncio.get_running_loop().time()
+        timers = FakeTimers()
+        queue = new_queue(timers)
+        start = timers.time()
         for delay in delays:
             queue.add_after("ns/job", delay)
         due = queue.timer_due("ns/job")
         queue.shutdown()
         return None if due is None else due - start
 
-    assert asyncio.run(scenario()) == pytest.approx(fires_after, abs=0.05)
+    assert asyncio.run(scenario()) == fires_after
 
 
 def test_timers_of_different_keys_are_independent() -> None:
     async def scenario() -> list[str]:
-        queue = new_queue()
+        timers = FakeTimers()
+        queue = new_queue(timers)
         queue.add_after("ns/a", 0.02)
         queue.add_after("ns/b", 0.01)
-        return await count_passes(queue, 0.2)
+        fired_early = timers.advance(0.015)
+        early = await taken(queue)
+        timers.advance(1.0)
+        assert fired_early == 1 and timers.pending == 0
+        return early + await taken(queue)
 
     assert asyncio.run(scenario()) == ["ns/b", "ns/a"]
 
@@ -150,6 +156,8 @@ def test_two_workers_never_hold_the_same_key() -> None:
         holding: set[str] = set()
         passes, overlaps = 0, 0
 
+        enough = asyncio.Event()
+
         async def worker() -> None:
             nonlocal passes, overlaps
             while True:
@@ -158,13 +166,16 @@ def test_two_workers_never_hold_the_same_key() -> None:
                 overlaps += key in holding
                 holding.add(key)
                 queue.add(key)  # an event arrives mid-pass
-                await asyncio.sleep(0.005)
+                await asyncio.sleep(0)  # the pass yields: every other worker gets its turn meanwhile
                 holding.discard(key)
                 queue.done(key)
+                if passes >= 20:
+                    enough.set()
 
         queue.add("ns/job")
         tasks = [asyncio.create_task(worker()) for _ in range(4)]
-        await asyncio.sleep(0.1)
+        async with asyncio.timeout(10):  # a guard: a lost mid-pass event leaves the workers idle for good
+            await enough.wait()
         for task in tasks:
             task.cancel()
         return passes, overlaps

@@ -8,21 +8,25 @@ one line naming what to fix. Flags and exit codes are documented in docs/trainer
 from __future__ import annotations
 
 import argparse
+import functools
 import os
-import signal
 import sys
-import time
 from collections.abc import Sequence
+from typing import NoReturn
 
 from .env import DistEnv, EnvError, parse_env
+from .events import emit
+from .exit_record import mark_running, record_exit
+from .exits import EXIT_USAGE
 from .frameworks import FrameworkError, resolve_framework
-from .metrics import NullMetrics, TrainerMetrics
+from .metrics import NullMetrics, TrainerMetrics, linger
 from .peerloss import EXIT_PEER_LOST, is_peer_loss
 from .ranktable import RankTableTimeout, must_wait_for_rank_table, wait_for_rank_table
 from .stragglers import DEFAULT_FACTOR
 
-EXIT_USAGE = 2
 
+def _announce_wait(path: str, status: str | None) -> None:
+    emit("ranktable_wait", file=path, status=status)
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
@@ -30,7 +34,16 @@ def build_parser() -> argparse.ArgumentParser:
         description="Data-parallel (DDP) trainer for DataParallelJob pods; "
                     "reads WORLD_SIZE/RANK/MASTER_* from the env.",
     )
-    what = p.add_argument_group("what to train")
+    _what_to_train(p.add_argument_group("what to train"))
+    _optimisation(p.add_argument_group("optimisation"))
+    _output(p.add_argument_group("checkpoints and output"))
+    ops = p.add_argument_group("cluster")
+    _cluster(ops)
+    _test_hooks(ops)
+    return p
+
+
+def _what_to_train(what: argparse._ArgumentGroup) -> None:
     what.add_argument("--framework", default=None,
                       help="torch (DDP) or mindspore (msrun / rank table); default $DPJOB_FRAMEWORK, else torch")
     what.add_argument("--task", default="mlp", help="built-in task: linear, mlp, cnn or transformer (default mlp)")
@@ -40,7 +53,8 @@ def build_parser() -> argparse.ArgumentParser:
                       help="--task transformer: embedding width (default 256; heads of 64, 4 layers)")
     what.add_argument("--seed", type=int, default=0, help="same on every rank: model init and data order")
 
-    how = p.add_argument_group("optimisation")
+
+def _optimisation(how: argparse._ArgumentGroup) -> None:
     how.add_argument("--steps", type=int, help="optimizer steps in total (task default if unset)")
     how.add_argument("--epochs", type=float, help="train this many epochs instead of --steps")
     how.add_argument("--batch-size", type=int, help="samples per rank per micro-batch (global = world size x this)")
@@ -69,7 +83,8 @@ def build_parser() -> argparse.ArgumentParser:
                      help="--nonfinite skip: stop (exit 3) at the next non-finite step after this many "
                           "consecutive skipped ones (default 3)")
 
-    state = p.add_argument_group("checkpoints and output")
+
+def _output(state: argparse._ArgumentGroup) -> None:
     state.add_argument("--checkpoint-dir", help="shared volume for checkpoint.pt; resume from it if present")
     state.add_argument("--checkpoint-every", type=int, default=0,
                        help="checkpoint every N steps (0: only on SIGTERM and at the end)")
@@ -77,7 +92,8 @@ def build_parser() -> argparse.ArgumentParser:
     state.add_argument("--report", dest="report_dir", help="write report-rank<R>.json into this directory")
     state.add_argument("--log-every", type=int, default=10, help="one JSON log line every N steps (0: off)")
 
-    ops = p.add_argument_group("cluster")
+
+def _cluster(ops: argparse._ArgumentGroup) -> None:
     # The operator sets DPJOB_METRICS_PORT (the trainer container's "metrics" port) and reads rank 0's
     # endpoint there for status.progress; argparse applies type=int to a string default too.
     ops.add_argument("--metrics-port", type=int, default=os.environ.get("DPJOB_METRICS_PORT") or 9090,
@@ -96,6 +112,14 @@ def build_parser() -> argparse.ArgumentParser:
                      help="seconds one collective may hang before failing")
     ops.add_argument("--shutdown-timeout", type=float, default=30.0,
                      help="seconds to wait for the process group to shut down after training before exiting without it")
+    ops.add_argument("--straggler-factor", type=float,
+                     default=float(os.environ.get("DPJOB_STRAGGLER_FACTOR") or DEFAULT_FACTOR),
+                     help="a rank whose own step time is this many times the median for 3 steps is reported "
+                          "as a straggler (default $DPJOB_STRAGGLER_FACTOR or 1.5; must be > 1, or 0: off)")
+
+
+def _test_hooks(ops: argparse._ArgumentGroup) -> None:
+    """Hidden flags for the tests' faults (faults.py); not for training."""
     # Test hook for the operator's stall watchdog (tests/e2e/test_progress_e2e.py): after this step the
     # first gang stops stepping but keeps serving metrics, until SIGTERM. Hidden: not for training.
     ops.add_argument("--hang-after-step", type=int, default=0, help=argparse.SUPPRESS)
@@ -103,14 +127,9 @@ def build_parser() -> argparse.ArgumentParser:
     # gets a NaN loss in steps K .. K+N-1 of every gang. Hidden: not for training.
     ops.add_argument("--inject-nan-at-step", type=int, default=0, help=argparse.SUPPRESS)
     ops.add_argument("--inject-nan-steps", type=int, default=1, help=argparse.SUPPRESS)
-    ops.add_argument("--straggler-factor", type=float,
-                     default=float(os.environ.get("DPJOB_STRAGGLER_FACTOR") or DEFAULT_FACTOR),
-                     help="a rank whose own step time is this many times the median for 3 steps is reported "
-                          "as a straggler (default $DPJOB_STRAGGLER_FACTOR or 1.5; must be > 1, or 0: off)")
     # Test hook for straggler detection (tests/e2e): this rank sleeps --slow-seconds in every step.
     ops.add_argument("--slow-rank", type=int, default=-1, help=argparse.SUPPRESS)
     ops.add_argument("--slow-seconds", type=float, default=0.0, help=argparse.SUPPRESS)
-    return p
 
 
 def fail(message: str) -> int:
@@ -120,7 +139,7 @@ def fail(message: str) -> int:
     return EXIT_USAGE
 
 
-def _exit_peer_lost(exc: BaseException) -> None:
+def _exit_peer_lost(exc: BaseException) -> NoReturn:
     """Another rank died: say so in one line and leave with EXIT_PEER_LOST (see peerloss.py).
 
     os._exit: the broken process group's threads would hang interpreter teardown (pytorch#75097).
@@ -130,6 +149,7 @@ def _exit_peer_lost(exc: BaseException) -> None:
                      f"blames the rank that died: {first}\n")
     sys.stdout.flush()
     sys.stderr.flush()
+    record_exit(EXIT_PEER_LOST)
     os._exit(EXIT_PEER_LOST)
 
 
@@ -142,13 +162,51 @@ def _threads(args: argparse.Namespace, env: DistEnv) -> int | None:
     return None
 
 
-def _linger(seconds: float) -> None:
-    """Keep the metrics endpoint up after training (final scrape); SIGTERM ends it early."""
-    stopped = []
-    signal.signal(signal.SIGTERM, lambda *_: stopped.append(True))
-    deadline = time.monotonic() + seconds
-    while not stopped and time.monotonic() < deadline:
-        time.sleep(0.05)
+class _UsageError(Exception):
+    """Something the user must fix, found once torch is loaded: one line, exit code 2."""
+
+
+def _serve_metrics(args: argparse.Namespace, env: DistEnv) -> NullMetrics:
+    """The endpoint on ``--metrics-port + LOCAL_RANK`` (``NullMetrics`` for port 0)."""
+    if not args.metrics_port:
+        return NullMetrics()
+    port = args.metrics_port + env.local_rank
+    live = TrainerMetrics()
+    try:
+        live.serve(port, args.metrics_addr)
+    except OSError as exc:
+        raise EnvError(f"cannot serve metrics on port {port} (--metrics-port {args.metrics_port} "
+                       f"+ LOCAL_RANK {env.local_rank}): {exc.strerror or exc}; "
+                       f"choose another --metrics-port or 0 to disable") from exc
+    return live
+
+
+def _run_torch(args: argparse.Namespace, env: DistEnv, metrics: NullMetrics) -> tuple[int, bool]:
+    """Train with torch; returns (exit code, whether to leave without interpreter teardown)."""
+    import torch  # deferred: the checks before must fail fast
+
+    from .config import ConfigError, TrainConfig
+    from .distributed import RendezvousError
+    from .stop_flag import StopFlag
+    from .tasks import TaskError
+    from .train import Trainer
+
+    threads = _threads(args, env)
+    if threads:
+        torch.set_num_threads(threads)
+    trainer = Trainer(TrainConfig.from_args(args), env, metrics, StopFlag())
+    try:
+        code = trainer.run()
+    except (EnvError, RendezvousError, ConfigError, TaskError) as exc:
+        raise _UsageError(str(exc)) from exc
+    except RuntimeError as exc:
+        if not is_peer_loss(exc):
+            raise
+        _exit_peer_lost(exc)
+    if trainer.failure:  # EXIT_NONFINITE: the same one line as a usage error, its own code
+        sys.stderr.write(f"dpjob-trainer: error: {trainer.failure}\n")
+        sys.stderr.flush()
+    return code, trainer.exit_hard
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -163,59 +221,38 @@ def main(argv: Sequence[str] | None = None) -> int:
         return run_mindspore(args, os.environ, fail)
     try:
         env = parse_env(os.environ)
+        metrics = _serve_metrics(args, env)
     except EnvError as exc:
         return fail(str(exc))
-
-    metrics: NullMetrics = NullMetrics()
-    if args.metrics_port:
-        port = args.metrics_port + env.local_rank
-        live = TrainerMetrics()
-        try:
-            live.serve(port, args.metrics_addr)
-        except OSError as exc:
-            return fail(f"cannot serve metrics on port {port} (--metrics-port {args.metrics_port} "
-                        f"+ LOCAL_RANK {env.local_rank}): {exc.strerror or exc}; "
-                        f"choose another --metrics-port or 0 to disable")
-        metrics = live
-
     try:
         if env.rank_table_file and must_wait_for_rank_table(env.requested_backend, args.rank_table_wait):
-            wait_for_rank_table(env.rank_table_file, timeout=args.rank_table_timeout, poll=1.0)
-
-        import torch  # deferred: the checks above must fail fast
-
-        from .distributed import RendezvousError
-        from .tasks import TaskError
-        from .train import ConfigError, StopFlag, TrainConfig, Trainer
-
-        threads = _threads(args, env)
-        if threads:
-            torch.set_num_threads(threads)
-        cfg = TrainConfig(**{k: v for k, v in vars(args).items() if k in TrainConfig.__dataclass_fields__})
-        trainer = Trainer(cfg, env, metrics, StopFlag())
-        try:
-            code = trainer.run()
-            if trainer.failure:  # EXIT_NONFINITE: the same one line as a usage error, its own code
-                sys.stderr.write(f"dpjob-trainer: error: {trainer.failure}\n")
-                sys.stderr.flush()
-        except (EnvError, RendezvousError, ConfigError, TaskError) as exc:
-            return fail(str(exc))
-        except RuntimeError as exc:
-            if not is_peer_loss(exc):
-                raise
-            _exit_peer_lost(exc)
-    except RankTableTimeout as exc:
+            wait_for_rank_table(env.rank_table_file, timeout=args.rank_table_timeout, poll=1.0,
+                                waiting=functools.partial(_announce_wait, env.rank_table_file))
+        code, exit_hard = _run_torch(args, env, metrics)
+    except (RankTableTimeout, _UsageError) as exc:
         return fail(str(exc))
     if args.metrics_linger > 0 and args.metrics_port:
-        _linger(args.metrics_linger)
+        linger(args.metrics_linger)
     metrics.close()
-    if trainer.exit_hard:
+    if exit_hard:
         # A stuck process-group thread would hang interpreter teardown: leave now, work is saved.
         sys.stdout.flush()
         sys.stderr.flush()
+        record_exit(code)
         os._exit(code)
     return code
 
 
+def run(argv: Sequence[str] | None = None) -> int:
+    """``main`` with its exit code recorded for a pod restarted in place (exit_record.py)."""
+    mark_running()
+    code = 1  # an uncaught exception: Python's own exit code
+    try:
+        code = main(argv)
+    finally:
+        record_exit(code)
+    return code
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run())

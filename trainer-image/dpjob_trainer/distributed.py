@@ -38,26 +38,10 @@ def _first_line(exc: BaseException) -> str:
     return text[0].rstrip(". ") if text else type(exc).__name__
 
 
-def init_process_group(
-    env: DistEnv, backend: str, device: str, *, rendezvous_timeout: float, collective_timeout: float
-) -> None:
-    """Join the job's process group on ``device`` (this process's own, from LOCAL_RANK) or raise
-    RendezvousError."""
-    collective = timedelta(seconds=collective_timeout)
+def _connect_store(env: DistEnv, host: str, port: int, rendezvous_timeout: float) -> dist.TCPStore:
+    """Rank 0 listens on MASTER_PORT and waits for every rank; the others connect to it, retrying
+    until ``rendezvous_timeout``. RendezvousError says which side gave up and why."""
     address = env.rendezvous_address
-    bound = bound_device(backend, device)
-    device_id = torch.device(bound) if bound is not None else None
-    if env.under_torchrun:
-        try:
-            dist.init_process_group(backend, init_method="env://", timeout=collective, device_id=device_id)
-        except (RuntimeError, OSError, TimeoutError) as exc:
-            raise RendezvousError(
-                f"joining the torchrun process group via {address} failed: {_first_line(exc)}") from exc
-        return
-
-    if env.master_addr is None or env.master_port is None:  # read_env requires both when WORLD_SIZE > 1
-        raise RendezvousError("a process group of more than one rank needs MASTER_ADDR and MASTER_PORT; set both")
-    host, port = env.master_addr, env.master_port
     deadline = time.monotonic() + rendezvous_timeout
     store = None
     last_error = "no attempt made"
@@ -91,6 +75,29 @@ def init_process_group(
                 ) from exc
             # Clients retry: the rank-0 pod's DNS name may not resolve yet, or its store not listen yet.
             time.sleep(min(1.0, max(deadline - time.monotonic(), 0)))
+    return store
+
+
+def init_process_group(
+    env: DistEnv, backend: str, device: str, *, rendezvous_timeout: float, collective_timeout: float
+) -> None:
+    """Join the job's process group on ``device`` (this process's own, from LOCAL_RANK) or raise
+    RendezvousError."""
+    collective = timedelta(seconds=collective_timeout)
+    address = env.rendezvous_address
+    bound = bound_device(backend, device)
+    device_id = torch.device(bound) if bound is not None else None
+    if env.under_torchrun:
+        try:
+            dist.init_process_group(backend, init_method="env://", timeout=collective, device_id=device_id)
+        except (RuntimeError, OSError, TimeoutError) as exc:
+            raise RendezvousError(
+                f"joining the torchrun process group via {address} failed: {_first_line(exc)}") from exc
+        return
+
+    if env.master_addr is None or env.master_port is None:  # read_env requires both when WORLD_SIZE > 1
+        raise RendezvousError("a process group of more than one rank needs MASTER_ADDR and MASTER_PORT; set both")
+    store = _connect_store(env, env.master_addr, env.master_port, rendezvous_timeout)
     try:
         dist.init_process_group(backend, store=store, rank=env.rank, world_size=env.world_size, timeout=collective,
                                 device_id=device_id)

@@ -21,6 +21,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from .exit_record import restarts_in_place
+
 BACKENDS = ("nccl", "gloo", "hccl")
 
 
@@ -62,7 +64,7 @@ class DistEnv:
         return f"{self.master_addr}:{self.master_port}"
 
 
-def _int(environ: Mapping[str, str], name: str, default: int | None = None) -> int | None:
+def env_int(environ: Mapping[str, str], name: str, default: int | None = None) -> int | None:
     raw = environ.get(name)
     if raw is None or raw.strip() == "":
         return default
@@ -72,15 +74,12 @@ def _int(environ: Mapping[str, str], name: str, default: int | None = None) -> i
         raise EnvError(f"{name} must be an integer, got {raw!r}") from None
 
 
-def parse_env(environ: Mapping[str, str]) -> DistEnv:
-    """Validate the launch environment and return where this process sits.
-
-    Raises EnvError with a message that names the variable to fix.
-    """
-    world_size = _int(environ, "WORLD_SIZE")
-    rank = _int(environ, "RANK")
+def _world(environ: Mapping[str, str]) -> tuple[int, int, str | None, int | None]:
+    """WORLD_SIZE, RANK, MASTER_ADDR and MASTER_PORT, checked against each other."""
+    world_size = env_int(environ, "WORLD_SIZE")
+    rank = env_int(environ, "RANK")
     master_addr = (environ.get("MASTER_ADDR") or "").strip() or None
-    master_port = _int(environ, "MASTER_PORT")
+    master_port = env_int(environ, "MASTER_PORT")
 
     if world_size is None and rank is None:
         if master_addr or master_port is not None:
@@ -106,9 +105,13 @@ def parse_env(environ: Mapping[str, str]) -> DistEnv:
             raise EnvError(f"WORLD_SIZE={world_size} needs MASTER_PORT (the rendezvous port); it is missing")
     if master_port is not None and not 1 <= master_port <= 65535:
         raise EnvError(f"MASTER_PORT must be in 1..65535, got {master_port}")
+    return world_size, rank, master_addr, master_port
 
-    local_world_size = _int(environ, "LOCAL_WORLD_SIZE", 1)
-    local_rank = _int(environ, "LOCAL_RANK", 0)
+
+def _local(environ: Mapping[str, str], world_size: int) -> tuple[int, int]:
+    """LOCAL_WORLD_SIZE and LOCAL_RANK (1 and 0 when unset): this node's processes and this one's index."""
+    local_world_size = env_int(environ, "LOCAL_WORLD_SIZE", 1)
+    local_rank = env_int(environ, "LOCAL_RANK", 0)
     assert local_world_size is not None and local_rank is not None
     if local_world_size < 1:
         raise EnvError(f"LOCAL_WORLD_SIZE must be >= 1, got {local_world_size}")
@@ -118,6 +121,16 @@ def parse_env(environ: Mapping[str, str]) -> DistEnv:
         )
     if local_world_size > world_size:
         raise EnvError(f"LOCAL_WORLD_SIZE ({local_world_size}) cannot exceed WORLD_SIZE ({world_size})")
+    return local_world_size, local_rank
+
+
+def parse_env(environ: Mapping[str, str]) -> DistEnv:
+    """Validate the launch environment and return where this process sits.
+
+    Raises EnvError with a message that names the variable to fix.
+    """
+    world_size, rank, master_addr, master_port = _world(environ)
+    local_world_size, local_rank = _local(environ, world_size)
 
     backend = (environ.get("DPJOB_BACKEND") or "").strip().lower() or None
     if backend == "auto":
@@ -126,12 +139,13 @@ def parse_env(environ: Mapping[str, str]) -> DistEnv:
         raise EnvError(f"DPJOB_BACKEND must be one of {', '.join(BACKENDS)} or auto, got {backend!r}")
 
     # torchrun exports its own restart counter; the operator's DPJOB_RESTART_COUNT wins when both exist.
-    restart_count = _int(environ, "DPJOB_RESTART_COUNT")
+    restart_count = env_int(environ, "DPJOB_RESTART_COUNT")
     if restart_count is None:
-        restart_count = _int(environ, "TORCHELASTIC_RESTART_COUNT", 0)
+        restart_count = env_int(environ, "TORCHELASTIC_RESTART_COUNT", 0)
     assert restart_count is not None
     if restart_count < 0:
         raise EnvError(f"DPJOB_RESTART_COUNT must be >= 0, got {restart_count}")
+    restart_count += restarts_in_place(environ)  # the generation moves on in place (exit_record.py)
 
     return DistEnv(
         world_size=world_size,

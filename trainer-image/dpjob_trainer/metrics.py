@@ -24,15 +24,15 @@ branches in the training loop.
 
 from __future__ import annotations
 
+import signal
 import threading
+import time
 from bisect import bisect_left
 from collections.abc import Iterator
 from typing import Any
 
+from .metric_families import CHECKPOINT_BUCKETS, STEP_BUCKETS, Snapshot, families
 from .stragglers import StepTimes
-
-STEP_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
-CHECKPOINT_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0)
 
 METRIC_NAMES = (
     "dpjob_trainer_info",
@@ -46,6 +46,8 @@ METRIC_NAMES = (
     "dpjob_trainer_grad_norm",
     "dpjob_trainer_epoch",
     "dpjob_trainer_last_step_timestamp_seconds",
+    "dpjob_trainer_first_step",
+    "dpjob_trainer_first_step_timestamp_seconds",
     "dpjob_trainer_checkpoint_duration_seconds",
     "dpjob_trainer_step",
     "dpjob_trainer_total_steps",
@@ -140,6 +142,7 @@ class TrainerMetrics(NullMetrics):
         self._ckpt_count = 0
         self._nonfinite_steps = 0
         self._step_times: StepTimes | None = None
+        self._first_step: tuple[int, float] | None = None  # global step, unix time
         self._server: Any = None
         self._thread: Any = None
         self.registry.register(self)
@@ -181,6 +184,8 @@ class TrainerMetrics(NullMetrics):
             self._data_wait += data_wait
             self._comm_exposed += comm_exposed
             self._gauges = (loss, learning_rate, grad_norm, epoch, timestamp, step)
+            if self._first_step is None:
+                self._first_step = (step, timestamp)
 
     def set_total_steps(self, total: int) -> None:
         with self._lock:
@@ -213,66 +218,16 @@ class TrainerMetrics(NullMetrics):
 
     def collect(self) -> Iterator[Any]:
         """Build the metric families from a consistent snapshot (called per scrape)."""
-        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
-
         with self._lock:
-            info = self._info
-            step_buckets, step_sum = list(self._step_buckets), self._step_sum
-            steps, samples, data_wait, comm = self._steps, self._samples, self._data_wait, self._comm_exposed
-            gauges, global_samples = self._gauges, self._global_samples
-            ckpt_buckets, ckpt_sum = list(self._ckpt_buckets), self._ckpt_sum
-            total_steps, ckpt = self._total_steps, self._checkpoint
-            nonfinite_steps = self._nonfinite_steps
-            step_times = self._step_times
-
-        if info is not None:
-            family = GaugeMetricFamily("dpjob_trainer_info", "Constant 1; labels describe this trainer process.",
-                                       labels=list(info))
-            family.add_metric(list(info.values()), 1)
-            yield family
-        yield _histogram(HistogramMetricFamily, "dpjob_trainer_step_duration_seconds",
-                         "Wall time of one optimizer step: data, forward/backward of all micro-batches, "
-                         "all-reduce, update.",
-                         STEP_BUCKETS, step_buckets, step_sum)
-        yield CounterMetricFamily("dpjob_trainer_steps", "Optimizer steps completed by this process.", value=steps)
-        yield CounterMetricFamily("dpjob_trainer_samples",
-                                  "Real (non-padding) samples this rank trained on; sum over ranks for the job.",
-                                  value=samples)
-        yield CounterMetricFamily("dpjob_trainer_data_wait_seconds",
-                                  "Time the loop waited for the next batch from the data loader.", value=data_wait)
-        yield CounterMetricFamily("dpjob_trainer_comm_exposed_seconds",
-                                  "Gradient all-reduce time not hidden behind backward compute (see docs/trainer.md).",
-                                  value=comm)
-        yield CounterMetricFamily("dpjob_trainer_global_samples",
-                                  "Real samples the whole job trained on (every rank's), counted on this rank; "
-                                  "the operator's status.progress.samplesPerSecond.", value=global_samples)
-        yield CounterMetricFamily("dpjob_trainer_nonfinite_steps",
-                                  "Steps skipped (update not applied) because the loss or the reduced gradient "
-                                  "was NaN or Inf on some rank (--nonfinite skip); included in steps_total.",
-                                  value=nonfinite_steps)
-        if total_steps is not None:
-            yield GaugeMetricFamily("dpjob_trainer_total_steps", "Optimizer steps the run takes in total.",
-                                    value=total_steps)
-        yield from _checkpoint_gauges(GaugeMetricFamily, ckpt)
-        if gauges is not None:  # absent until the first step: no fake zero loss, no premature stall clock
-            loss, lr, grad_norm, epoch, timestamp, step = gauges
-            yield GaugeMetricFamily("dpjob_trainer_step",
-                                    "Optimizer steps completed by the job, counting those before a resume.",
-                                    value=step)
-            yield GaugeMetricFamily("dpjob_trainer_loss", "Loss of the last step, averaged over all ranks.", value=loss)
-            yield GaugeMetricFamily("dpjob_trainer_learning_rate", "Learning rate of the last step.", value=lr)
-            yield GaugeMetricFamily("dpjob_trainer_grad_norm", "L2 norm of the reduced gradient of the last step.",
-                                    value=grad_norm)
-            yield GaugeMetricFamily("dpjob_trainer_epoch", "Epoch (0-based) of the last micro-batch trained.",
-                                    value=epoch)
-            yield GaugeMetricFamily("dpjob_trainer_last_step_timestamp_seconds",
-                                    "Unix time the last step finished; alert on time() - this to catch hangs.",
-                                    value=timestamp)
-        if step_times is not None:  # rank 0 of a multi-rank job, after the first steps
-            yield from _step_time_gauges(GaugeMetricFamily, step_times)
-        yield _histogram(HistogramMetricFamily, "dpjob_trainer_checkpoint_duration_seconds",
-                         "Time to save a checkpoint, including the wait for rank 0's write.",
-                         CHECKPOINT_BUCKETS, ckpt_buckets, ckpt_sum)
+            snapshot = Snapshot(
+                info=self._info, step_buckets=list(self._step_buckets), step_sum=self._step_sum,
+                steps=self._steps, samples=self._samples, data_wait=self._data_wait,
+                comm_exposed=self._comm_exposed, global_samples=self._global_samples, gauges=self._gauges,
+                total_steps=self._total_steps, checkpoint=self._checkpoint, ckpt_buckets=list(self._ckpt_buckets),
+                ckpt_sum=self._ckpt_sum, nonfinite_steps=self._nonfinite_steps, step_times=self._step_times,
+                first_step=self._first_step,
+            )  # fmt: skip
+        yield from families(snapshot)
 
     def close(self) -> None:
         if self._server is not None:
@@ -281,35 +236,11 @@ class TrainerMetrics(NullMetrics):
             self._server = None
 
 
-def _step_time_gauges(cls: Any, t: StepTimes) -> Iterator[Any]:
-    yield cls("dpjob_trainer_slowest_rank", "Rank with the largest own step time (wall time minus time waiting "
-              "for the others' gradients) in the last step; served by rank 0.", value=t.slowest_rank)
-    yield cls("dpjob_trainer_slowest_rank_ratio", "The slowest rank's own step time over the median of all ranks'.",
-              value=t.ratio)
-    yield cls("dpjob_trainer_rank_step_seconds_median", "Median over ranks of the own step time.",
-              value=t.median_seconds)
-    yield cls("dpjob_trainer_straggler_rank", "A rank at >= --straggler-factor x the median own step time for 3 "
-              "steps in a row, or -1; the operator's status.progress.slowestRank.",
-              value=-1 if t.straggler is None else t.straggler)
-
-
-def _checkpoint_gauges(cls: Any, ckpt: tuple[int, float | None] | None) -> Iterator[Any]:
-    """The last checkpoint's step and time; absent before the first one."""
-    if ckpt is None:
-        return
-    step, timestamp = ckpt
-    yield cls("dpjob_trainer_checkpoint_step", "Step of the last checkpoint written or resumed from.", value=step)
-    if timestamp is not None:
-        yield cls("dpjob_trainer_checkpoint_timestamp_seconds", "Unix time the last checkpoint was written.",
-                  value=timestamp)
-
-
-def _histogram(
-    cls: Any, name: str, documentation: str, bounds: tuple[float, ...], counts: list[int], total: float
-) -> Any:
-    """Per-bucket counts -> Prometheus' cumulative ``le`` buckets."""
-    cumulative, running = [], 0
-    for bound, count in zip((*bounds, float("inf")), counts, strict=True):
-        running += count
-        cumulative.append(("+Inf" if bound == float("inf") else repr(float(bound)), running))
-    return cls(name, documentation, buckets=cumulative, sum_value=total)
+def linger(seconds: float) -> None:
+    """Keep the metrics endpoint up after training (``--metrics-linger``, for a final scrape);
+    SIGTERM ends it early."""
+    stopped: list[bool] = []
+    signal.signal(signal.SIGTERM, lambda *_: stopped.append(True))
+    deadline = time.monotonic() + seconds
+    while not stopped and time.monotonic() < deadline:
+        time.sleep(0.05)

@@ -76,17 +76,23 @@ def wait_for_rank_table(
     *,
     clock: Callable[[], float] = time.monotonic,
     sleep: Callable[[float], None] = time.sleep,
+    waiting: Callable[[str | None], None] = lambda _status: None,
 ) -> dict[str, Any]:
     """Block until the JSON at ``path`` has ``status == "completed"``; return the table.
 
-    Raises RankTableTimeout naming the file and the last status seen once ``timeout`` seconds
-    have passed. A timeout of 0 checks exactly once.
+    ``waiting`` is told the status once, when the first read finds the table not completed (the
+    trainer logs it: a rank that waits says why). Raises RankTableTimeout naming the file and the
+    last status seen once ``timeout`` seconds have passed. A timeout of 0 checks exactly once.
     """
     deadline = clock() + timeout
+    told = False
     while True:
         status, table = read_rank_table_status(path)
         if table is not None and status == STATUS_COMPLETED:
             return table
+        if not told:
+            waiting(status)
+            told = True
         remaining = deadline - clock()
         if remaining <= 0:
             raise RankTableTimeout(

@@ -93,6 +93,13 @@ and kopf use). Shared by the ClusterRole and the per-namespace Roles.
 - apiGroups: [dpjob.io]
   resources: [dataparalleljobs/finalizers]
   verbs: [update]
+{{- if .Values.networkPolicy.enabled }}
+# The NetworkPolicy of each job (spec.isolation: Job): created once (owner references do the
+# cleanup); get after a 409 (claims by owner UID); deleted when a job opts out.
+- apiGroups: [networking.k8s.io]
+  resources: [networkpolicies]
+  verbs: [create, get, delete]
+{{- end }}
 {{- if ne .Values.gangScheduling "disabled" }}
 # Gang scheduling (Kubernetes' Workload API): a Workload per job and a PodGroup per gang; the
 # operator watches the scheduler's verdicts on its PodGroups and deletes old generations' groups.
@@ -102,6 +109,20 @@ and kopf use). Shared by the ClusterRole and the per-namespace Roles.
 - apiGroups: [scheduling.k8s.io]
   resources: [podgroups]
   verbs: [create, get, list, watch, delete]
+{{- end }}
+{{- end }}
+
+{{/* Who may reach a rank pod's metrics ports: the operator's own pods (status.progress reads rank 0)
+and networkPolicy.metricsFrom (Prometheus). NetworkPolicy peers, as a YAML list. */}}
+{{- define "dpjob-operator.metricsFrom" -}}
+- namespaceSelector:
+    matchLabels:
+      kubernetes.io/metadata.name: {{ .Release.Namespace }}
+  podSelector:
+    matchLabels:
+{{- include "dpjob-operator.selectorLabels" . | nindent 6 }}
+{{- with .Values.networkPolicy.metricsFrom }}
+{{ toYaml . }}
 {{- end }}
 {{- end }}
 
@@ -138,7 +159,10 @@ and kopf use). Shared by the ClusterRole and the per-namespace Roles.
   "clusterDomain" .Values.clusterDomain
   "logLevel" .Values.logLevel
   "gangScheduling" .Values.gangScheduling
+  "restartInPlace" .Values.restartInPlace
   "stuckTerminatingSeconds" .Values.stuckTerminatingSeconds
+  "networkPolicy" (ternary "enabled" "disabled" .Values.networkPolicy.enabled)
+  "networkPolicyMetricsFrom" (include "dpjob-operator.metricsFrom" . | fromYamlArray)
   "leaderElection" (dict "enabled" .Values.leaderElection.enabled "leaseName" (include "dpjob-operator.leaseName" .)) }}
 {{- toPrettyJson $cfg }}
 {{- end }}

@@ -4,7 +4,7 @@ Two writers make events arrive out of order for one name. The controller's own s
 answered before the watch delivers it (the answer is newer than the event that follows). And kopf
 works each object (uid) on its own task, so a job deleted and applied again at once may show the
 new job before the old one's last events, its DELETED included: dropping the name on that DELETED
-loses the new job until something else touches it (a test caught it: the new job never started).
+would lose the new job until something else touched it (it would never start).
 
 The resourceVersion orders them: a name can be created again only after the old object is gone,
 so every event of the old object is older than the new one's creation. Versions of one resource
@@ -12,8 +12,8 @@ are comparable (KEP-5504); the controller compares them only within one name.
 
 An event of the very version held (the watch delivering our own status patch, whose answer the
 controller already holds, or a relist) says nothing new and starts no pass: client-go's
-controllers return early on an update whose ResourceVersion did not change. Before, every
-status write was followed by a pass that found nothing to do.
+controllers return early on an update whose ResourceVersion did not change. Otherwise every
+status write would be followed by a pass that finds nothing to do.
 """
 
 from __future__ import annotations

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from dpjob_operator.api import constants as c
+from dpjob_operator.api.restart_counter import COUNTER_CONTAINER, previous_exit
 
 DISRUPTION_REASONS = frozenset({"Evicted", "Preempting", "Preempted", "Shutdown", "NodeShutdown", "Terminated",
                                 "DeletionByTaintManager", "TerminationByKubelet"})
@@ -48,10 +49,19 @@ class PodObservation:
     waiting: str | None = None
     # metadata.deletionTimestamp: when the kubelet's grace period ends (RFC 3339); None unless deleting.
     deletion_timestamp: str | None = None
+    # Restarts in place (builders/restart_rules.py): the trainer container's restartCount, and how its
+    # previous run ended as the restart counter recorded it (None: unknown or not recorded yet).
+    in_place: int = 0
+    in_place_exit: int | None = None
 
     @property
     def active(self) -> bool:
         return not self.deleting and self.phase in ("Pending", "Running", "Unknown")
+
+    @property
+    def gang_generation(self) -> int:
+        """The gang generation this pod runs: the one it was created in plus its restarts in place."""
+        return self.restart + self.in_place
 
 
 def _int(value: Any, default: int = -1) -> int:
@@ -101,6 +111,16 @@ def _waiting(status: Mapping[str, Any]) -> str | None:
     return None
 
 
+def _in_place(status: Mapping[str, Any]) -> tuple[int, int | None]:
+    """(restarts in place, the previous run's exit code) from the trainer's and the counter's status."""
+    trainer: Mapping[str, Any] = next((cs for cs in status.get("containerStatuses") or []
+                                       if cs.get("name") == c.TRAINER_CONTAINER), {})
+    counter: Mapping[str, Any] = next((cs for cs in status.get("initContainerStatuses") or []
+                    if cs.get("name") == COUNTER_CONTAINER), {})
+    message = (((counter.get("state") or {}).get("terminated")) or {}).get("message")
+    return _int(trainer.get("restartCount"), 0), previous_exit(message)
+
+
 def _controller_uid(meta: Mapping[str, Any]) -> str | None:
     refs = meta.get("ownerReferences") or []
     return next((str(r.get("uid")) for r in refs if r.get("controller")), None)
@@ -125,6 +145,7 @@ def observe_pod(pod: Mapping[str, Any]) -> PodObservation | None:
     if reason in DISRUPTION_REASONS:
         disrupted = True
     annotations = meta.get("annotations") or {}
+    in_place, in_place_exit = _in_place(status)
     return PodObservation(
         name=meta.get("name", ""),
         uid=meta.get("uid", ""),
@@ -149,6 +170,8 @@ def observe_pod(pod: Mapping[str, Any]) -> PodObservation | None:
         container=container,
         waiting=_waiting(status) if (status.get("phase") or "Pending") == "Pending" else None,
         annotations={k: v for k, v in annotations.items() if k.startswith(("ascend.", "huawei.com/"))},
+        in_place=in_place,
+        in_place_exit=in_place_exit,
     )
 
 

@@ -31,8 +31,10 @@ CHECKPOINT_TIME = "dpjob_trainer_checkpoint_timestamp_seconds"
 INFO = "dpjob_trainer_info"                                  # labels job_name, restart: who is speaking
 STRAGGLER_RANK = "dpjob_trainer_straggler_rank"              # -> slowestRank (-1: none)
 SLOWEST_RATIO = "dpjob_trainer_slowest_rank_ratio"           # the slowest rank's own step time / median
+FIRST_STEP = "dpjob_trainer_first_step"                      # this process's first step (a resume's) -> goodput
+FIRST_STEP_TIME = "dpjob_trainer_first_step_timestamp_seconds"
 CONTRACT = (STEP, TOTAL_STEPS, LAST_STEP_TIME, LOSS, EPOCH, GLOBAL_SAMPLES, CHECKPOINT_STEP, CHECKPOINT_TIME, INFO,
-            STRAGGLER_RANK, SLOWEST_RATIO)
+            STRAGGLER_RANK, SLOWEST_RATIO, FIRST_STEP, FIRST_STEP_TIME)
 PREFIX = "dpjob_trainer_"
 
 
@@ -52,6 +54,8 @@ class ProgressReport:
     checkpoint_time: float | None = None
     straggler_rank: int | None = None   # a rank consistently slower than the others (trainer's verdict)
     slowest_ratio: float | None = None  # the slowest rank's own step time over the median
+    first_step: int | None = None       # the first step of the process that reported (a resume's first)
+    first_step_time: float | None = None
 
 
 @dataclass(frozen=True)
@@ -122,6 +126,8 @@ def report_from_samples(values: Mapping[str, float], restart: int, observed_at: 
         checkpoint_time=_timestamp(values.get(CHECKPOINT_TIME)),
         straggler_rank=_count(values.get(STRAGGLER_RANK)),  # -1 (none) is not a count: None
         slowest_ratio=_finite(values.get(SLOWEST_RATIO)),
+        first_step=_count(values.get(FIRST_STEP)),
+        first_step_time=_timestamp(values.get(FIRST_STEP_TIME)),
     )
 
 

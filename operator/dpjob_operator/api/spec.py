@@ -51,6 +51,8 @@ class RunPolicy:
     clean_pod_policy: str = "Running"
     suspend: bool = False
     gang_scheduling: str = "Auto"   # Auto: a Kubernetes PodGroup when the cluster serves one | Disabled
+    # Auto | InPlace | Recreate: how a retriable failure restarts the gang (reconcile/inplace.py)
+    restart_strategy: str = "Auto"
     # The stall watchdog (reconcile/stall.py): no step for this long while Running (None: off) ...
     stall_timeout_seconds: int | None = None
     # ... or no first step this long after all ranks started running (None: off) ...
@@ -77,6 +79,7 @@ class JobSpec:
     template: Mapping[str, Any]
     # Node label whose value every rank must share (a rack, an NVLink domain, a SuperPoD), or None.
     topology_key: str | None = None
+    isolation: str = "Job"  # Job: the operator's NetworkPolicy admits only the job's pods (builders/network_policy.py)
 
     @property
     def world_size(self) -> int:
@@ -144,6 +147,7 @@ def parse_job(body: Mapping[str, Any]) -> Job:
             framework=spec.get("framework", "pytorch"),
             backend=spec.get("backend") or None,
             inject_env_into=spec.get("injectEnvInto", "trainer"),
+            isolation=spec.get("isolation", "Job"),
             rendezvous=_rendezvous(spec.get("rendezvous") or {}),
             rank_table=_rank_table(spec.get("rankTable") or {}),
             run_policy=_run_policy(spec.get("runPolicy") or {}),
@@ -192,6 +196,7 @@ def _run_policy(rp: Mapping[str, Any]) -> RunPolicy:
         clean_pod_policy=rp.get("cleanPodPolicy", "Running"),
         suspend=bool(rp.get("suspend", False)),
         gang_scheduling=rp.get("gangScheduling", "Auto"),
+        restart_strategy=rp.get("restartStrategy", "Auto"),
         stall_timeout_seconds=_optional_int(rp.get("stallTimeoutSeconds")),
         startup_timeout_seconds=_optional_int(rp.get("startupTimeoutSeconds")),
         stall_policy=stall_policy,

@@ -22,6 +22,7 @@ from dpjob_operator.api.spec import Job
 from dpjob_operator.api.termination import TERMINATION_POLICY
 from dpjob_operator.builders.configmaps import ranktable_layout
 from dpjob_operator.builders.env import merge_env
+from dpjob_operator.builders.restart_rules import apply_in_place
 from dpjob_operator.builders.shared_env import env_from, own_env
 
 RANKTABLE_VOLUME = "dpjob-ranktable"
@@ -170,9 +171,10 @@ def _inject(container: dict[str, Any], job: Job, pool: PoolConfig, env: list[tup
 
 def build_rank_pod(job: Job, index: int, restart: int, pool: PoolConfig,
                    cluster_domain: str = "cluster.local", pod_group: str | None = None,
-                   avoid_nodes: tuple[str, ...] = ()) -> dict[str, Any]:
+                   avoid_nodes: tuple[str, ...] = (), in_place: bool = False) -> dict[str, Any]:
     """Rank pod ``index`` of gang generation ``restart``; in PodGroup ``pod_group`` when gang-scheduled;
-    never on ``avoid_nodes`` (the nodes a failed rank left bad: reconcile/placement.py)."""
+    never on ``avoid_nodes`` (the nodes a failed rank left bad: reconcile/placement.py); restarted in
+    place on a retriable exit when ``in_place`` (builders/restart_rules.py)."""
     spec = job.spec
     template = copy.deepcopy(dict(spec.template))
     tmeta = template.get("metadata") or {}
@@ -192,6 +194,10 @@ def build_rank_pod(job: Job, index: int, restart: int, pool: PoolConfig,
     for container in pod_spec.get("containers", []):
         if container.get("name") == c.TRAINER_CONTAINER or spec.inject_env_into == "all":
             _inject(container, job, pool, env, mounts)
+    if in_place:
+        apply_in_place(pod_spec, spec.run_policy.restart_policy)
+    # Nothing of ours in a rank pod talks to the API server: no token unless the template asks for one.
+    pod_spec.setdefault("automountServiceAccountToken", False)
 
     return {
         "apiVersion": "v1",

@@ -1,16 +1,15 @@
 """The environment contract split in two: what every rank shares, and what is each rank's own.
 
-A rank pod used to carry the whole contract inline (~28 variables, 1.4 KB of a 2.3 KB pod).
-Every write of a pod (create, binding, two status patches) and every watcher that decodes it
-pays for those bytes: at 512 ranks on 2 cores the inline environment cost the API server
-~1.3 CPU s and ~0.6 s to all Running (bench/compare.py). What is the same for every rank goes
+Inline, the whole contract is ~28 variables, 1.4 KB of a 2.3 KB pod. Every write of a pod
+(create, binding, two status patches) and every watcher that decodes it pays for those bytes: at
+512 ranks on 2 cores the inline environment costs the API server ~1.3 CPU s and ~0.6 s to all
+Running (bench/compare.py). What is the same for every rank goes
 into one ConfigMap per job, which each rank reads through ``envFrom``; only the few variables
 that differ by rank or by gang generation stay in the pod.
 
 The kubelet resolves ``envFrom`` before ``env``, so a variable the user sets in the container
-still wins (as before), and a user's ``$(VAR)`` reference can still use ours. Ours is the last
-``envFrom`` source, so it wins over a user's own ConfigMap of the same key, as the inline
-variables did.
+still wins, and a user's ``$(VAR)`` reference can still use ours. Ours is the last
+``envFrom`` source, so it wins over a user's own ConfigMap of the same key.
 """
 
 from __future__ import annotations

@@ -57,7 +57,8 @@ class Blocking:
         """After ``shutdown``: wait up to ``timeout`` seconds for the calls still running; False if
         some still are. A graceful stop hands the leader Lease over only after its last writes."""
         try:
-            await asyncio.wait_for(asyncio.to_thread(self.pool.shutdown, wait=True), timeout)
+            async with asyncio.timeout(timeout):  # not wait_for: it can swallow a cancellation (Python 3.11)
+                await asyncio.to_thread(self.pool.shutdown, wait=True)
         except TimeoutError:
             return False
         return True

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import functools
 import logging
-import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -23,9 +22,17 @@ from dpjob_operator.builders.pods import build_headless_service
 from dpjob_operator.builders.shared_env import build_env_configmap
 from dpjob_operator.config import OperatorConfig
 from dpjob_operator.controller.blocking import Blocking, together
+from dpjob_operator.controller.child_failures import (
+    ChildConflict,
+    EnvironmentWriteFailed,
+    RankTableWriteFailed,
+    WaitingForPrevious,
+)
 from dpjob_operator.controller.children import create_or_claim, read_and_claim
+from dpjob_operator.controller.clock import SYSTEM_CLOCK, Clock
 from dpjob_operator.controller.expectations import Expectations
 from dpjob_operator.controller.gangs import Gangs
+from dpjob_operator.controller.network_policies import NetworkPolicies
 from dpjob_operator.controller.podwriter import PodWriter
 from dpjob_operator.controller.reported import ReportedFailure, ReportedOnce
 from dpjob_operator.controller.timings import Timings
@@ -38,20 +45,12 @@ from dpjob_operator.reconcile.actions import (
     DeletePods,
     EnsureEnvironment,
     EnsureGang,
+    EnsureNetworkPolicy,
     EnsureService,
     Plan,
     ReleaseGang,
 )
 from dpjob_operator.reconcile.claims import OURS, PREVIOUS, conflict_message, ownership
-from dpjob_operator.reconcile.reasons import (
-    CONFIGMAP_NAME_CONFLICT,
-    CREATED,
-    ENVIRONMENT_WRITE_FAILED,
-    GANG_NAME_CONFLICT,
-    RANK_TABLE_READY,
-    RANK_TABLE_WRITE_FAILED,
-    SERVICE_NAME_CONFLICT,
-)
 
 log = logging.getLogger("dpjob.controller")
 
@@ -68,67 +67,33 @@ class PassFacts:
 Handler = Callable[[Job, Any, PassFacts], Awaitable[None]]
 # Actions that depend on no other: a plan's leading run of them is sent at once. The pods come
 # after (they name the PodGroup and mount the rank table), each in plan order.
-INDEPENDENT = (EnsureService, EnsureEnvironment, ApplyRankTable, EnsureGang)
-
-
-# Which condition says so when a child's name is taken: without its Service, Workload or PodGroup
-# no rank pod is created (nor started, without its environment); without its ConfigMap the rank
-# table is not ready.
-_CONFLICT = {"Service": (SERVICE_NAME_CONFLICT, CREATED), "ConfigMap": (CONFIGMAP_NAME_CONFLICT, RANK_TABLE_READY),
-             "environment ConfigMap": (CONFIGMAP_NAME_CONFLICT, CREATED),
-             "Workload": (GANG_NAME_CONFLICT, CREATED), "PodGroup": (GANG_NAME_CONFLICT, CREATED)}
-
-
-class ChildConflict(ReportedFailure):
-    """A child's name (Service, rank-table ConfigMap, Workload, PodGroup) is held by an object this
-    job does not control."""
-
-    def __init__(self, kind: str, message: str, report: str | None) -> None:
-        reason, condition = _CONFLICT[kind]
-        super().__init__(message, report, reason, condition)
-
-
-class WaitingForPrevious(RuntimeError):
-    """A child object of an earlier job of the same name is still there: the garbage collector is
-    deleting it. Retried with backoff, not reported: nothing is wrong."""
-
-
-class RankTableWriteFailed(ReportedFailure):
-    """The API server refused a rank-table ConfigMap: the trainer would wait on ``initializing``."""
-
-    def __init__(self, name: str, server_message: str, report: str | None) -> None:
-        super().__init__(f"writing rank-table ConfigMap {name} failed: {server_message}", report,
-                         RANK_TABLE_WRITE_FAILED, RANK_TABLE_READY)
-
-
-class EnvironmentWriteFailed(ReportedFailure):
-    """The API server refused the ranks' shared environment (a ConfigMap quota, an admission
-    webhook): no rank could start (the kubelet waits for an ``envFrom`` map), so Created=False."""
-
-    def __init__(self, name: str, server_message: str, report: str | None) -> None:
-        super().__init__(f"writing the ranks' environment ConfigMap {name} failed: {server_message}", report,
-                         ENVIRONMENT_WRITE_FAILED, CREATED)
+INDEPENDENT = (EnsureService, EnsureNetworkPolicy, EnsureEnvironment, ApplyRankTable, EnsureGang)
 
 
 class Executor:
     def __init__(self, cfg: OperatorConfig, kube: KubeClient, blocking: Blocking, gangs: Gangs,
-                 timings: Timings) -> None:
+                 timings: Timings, clock: Clock = SYSTEM_CLOCK) -> None:
         self.cfg = cfg
         self.kube = kube
         self.blocking = blocking
         self.gangs = gangs
         self.timings = timings
+        # One clock for the memos below and the expectations: a fake one in tests expires both.
+        self._now = clock.monotonic
         # job uid -> when its Service was last known to exist; re-checked after memo_seconds, so a
         # Service someone deleted comes back within minutes, not at the next operator restart.
         self._services: dict[str, float] = {}
         self.memo_seconds = 10 * cfg.resync_seconds
         self._tables: dict[tuple[str, str], tuple[dict[str, str], float]] = {}  # (uid, configmap) -> (data, checked)
         self.reported = ReportedOnce()                            # uid -> the refusal last reported
-        self.expectations = Expectations()
+        self.expectations = Expectations(clock=clock.monotonic)
         self.pods = PodWriter(cfg, kube, blocking, timings, self.reported, self.expectations)
         self._table_errors: dict[str, tuple[str, str]] = {}       # uid -> (reason, why) the last write failed
+        self.policies = NetworkPolicies(cfg, kube, blocking, clock.monotonic)
         self.handlers: Mapping[type, Handler] = {
             EnsureService: self._ensure_service,
+            EnsureNetworkPolicy: lambda job, _action, _facts: self.policies.ensure(
+                job, functools.partial(self._check_claim, job)),
             EnsureEnvironment: self._ensure_environment,
             ApplyRankTable: self._apply_rank_table,
             EnsureGang: self._ensure_gang,
@@ -146,7 +111,7 @@ class Executor:
         together with the part of the leading actions a stale pass cannot spoil
         (``reconcile/first_pass.py``); everything else waits for it."""
         self.expectations.settle(job.uid, pods)
-        facts = PassFacts(int(plan.status.get("restarts", 0)), pods)
+        facts = PassFacts(plan.job_status.pod_generation, pods)
         calls = [functools.partial(self._handler(action), job, action, facts) for action in plan.actions]
         lead = next((i for i, a in enumerate(plan.actions) if not isinstance(a, INDEPENDENT)), len(calls))
         if first_write is not None:  # then the memos make the Service and rank table below cost no call
@@ -173,6 +138,7 @@ class Executor:
     def forget(self, uid: str) -> None:
         """Drop every memo of a deleted job, so a long-lived operator does not grow."""
         self._services.pop(uid, None)
+        self.policies.forget(uid)
         self.reported.clear(uid)
         self.expectations.forget(uid)
         self._table_errors.pop(uid, None)
@@ -184,11 +150,11 @@ class Executor:
 
     async def _ensure_service(self, job: Job, _action: EnsureService, _facts: PassFacts) -> None:
         checked = self._services.get(job.uid)
-        if checked is None or time.monotonic() - checked > self.memo_seconds:
+        if checked is None or self._now() - checked > self.memo_seconds:
             service = build_headless_service(job)
             create = functools.partial(self.blocking.run, self.kube.create_if_absent, service)
             await self._create_or_claim(job, service, create)
-            self._services[job.uid] = time.monotonic()
+            self._services[job.uid] = self._now()
 
     async def _create_or_claim(self, job: Job, obj: Mapping[str, Any],
                                create: Callable[[], Awaitable[bool]]) -> dict[str, Any] | None:
@@ -256,16 +222,16 @@ class Executor:
             name = cm["metadata"]["name"]
             memo = (job.uid, name)
             known = self._tables.get(memo)
-            if known is not None and time.monotonic() - known[1] > self.memo_seconds:
+            if known is not None and self._now() - known[1] > self.memo_seconds:
                 current = await self._claim_child(job, "ConfigMap", name)
-                known = None if current is None else (current.get("data") or {}, time.monotonic())
+                known = None if current is None else (current.get("data") or {}, self._now())
             if known is None:
                 create = functools.partial(self._table_write, self.kube.create_if_absent, cm, refused)
                 current = await self._create_or_claim(job, cm, create)  # taken: ours, or a conflict
-                known = (dict(cm["data"] if current is None else current.get("data") or {}), time.monotonic())
+                known = (dict(cm["data"] if current is None else current.get("data") or {}), self._now())
             if known[0] != cm["data"]:
                 await self._table_write(self.kube.patch_configmap_data, cm, refused)
-                known = (dict(cm["data"]), time.monotonic())
+                known = (dict(cm["data"]), self._now())
             self._tables[memo] = known
 
     async def _table_write(self, write: Callable[[Mapping[str, Any]], Any], cm: Mapping[str, Any],

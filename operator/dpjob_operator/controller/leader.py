@@ -10,7 +10,12 @@ kube-controller-manager. A graceful ``stop`` releases the Lease so a standby tak
 next try (about ``retry_period``) instead of after a full lease duration.
 
 Lease calls run in a small thread pool of their own: a renewal never queues behind the
-controller's pod creations.
+controller's pod creations. Each is bounded with ``asyncio.timeout``, not ``asyncio.wait_for``:
+on Python 3.11 ``wait_for`` returns the call's result when a cancellation arrives just as the call
+completes, and a stopped elector would go on campaigning (and a stop waiting for it would hang).
+
+Time comes from an injected ``Clock`` and waits from an injected ``Sleep`` (controller/clock.py),
+so tests step an election one try at a time.
 """
 
 from __future__ import annotations
@@ -20,14 +25,14 @@ import contextlib
 import functools
 import logging
 import random
-import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Executor, ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
 from typing import ParamSpec, TypeVar
 
 from dpjob_operator import metrics
 from dpjob_operator.api.lease import LeaseTimings, Observation, Verdict, decide, observe, release
+from dpjob_operator.controller.clock import SLEEP, SYSTEM_CLOCK, Clock, Sleep
 from dpjob_operator.k8s import errors
 from dpjob_operator.k8s.leases import LeaseClient, LeaseConflict
 
@@ -42,27 +47,32 @@ class MonotonicClock:
     """Wall-clock time that never jumps: the start time plus monotonic elapsed time. Lease
     expiry is measured on this clock, so an NTP step cannot expire (or prolong) a Lease."""
 
-    def __init__(self) -> None:
-        self._wall, self._mono = datetime.now(UTC), time.monotonic()
+    def __init__(self, clock: Clock = SYSTEM_CLOCK) -> None:
+        self._clock = clock
+        self._wall, self._mono = datetime.fromtimestamp(clock.time(), UTC), clock.monotonic()
 
     def __call__(self) -> datetime:
-        return self._wall + timedelta(seconds=time.monotonic() - self._mono)
+        return self._wall + timedelta(seconds=self._clock.monotonic() - self._mono)
 
 
 class LeaderElector:
+    """``pool``: where Lease calls run (a thread pool of the elector's own unless given)."""
+
     def __init__(self, leases: LeaseClient, identity: str, timings: LeaseTimings,
                  on_started_leading: Callable[[], None], on_stopped_leading: Callable[[str], None],
-                 clock: Callable[[], datetime] | None = None) -> None:
+                 clock: Clock = SYSTEM_CLOCK, sleep: Sleep = SLEEP, pool: Executor | None = None) -> None:
         self.leases = leases
         self.identity = identity
         self.timings = timings
         self.leading = False
         self._on_started = on_started_leading
         self._on_stopped = on_stopped_leading
-        self._clock = clock or MonotonicClock()
+        self._now = clock.monotonic
+        self._clock = MonotonicClock(clock)
+        self._sleep = sleep
         self._observation: Observation | None = None
         self._holder_logged: str | None = None
-        self._pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="lease")
+        self._pool = pool or ThreadPoolExecutor(max_workers=4, thread_name_prefix="lease")
         self._task: asyncio.Task[None] | None = None
         self._gauge = metrics.LEADER.labels(leases.name)
         self._gauge.set(0)
@@ -113,10 +123,10 @@ class LeaderElector:
     async def _acquire(self) -> float:
         """Try until the Lease is ours; returns when (monotonic) the winning try started."""
         while True:
-            started = time.monotonic()
+            started = self._now()
             if await self._try(leading=False) in _OURS:
                 return started
-            await asyncio.sleep(self.timings.retry_period * (1 + random.uniform(0, JITTER)))
+            await self._sleep(self.timings.retry_period * (1 + random.uniform(0, JITTER)))
 
     async def _renew_until_lost(self, acquired: float) -> str:
         """Renew every retry period; returns why leadership ended. The deadline counts from the
@@ -124,27 +134,27 @@ class LeaderElector:
         before any standby can have seen it: we stop before a standby may take over."""
         renewed = acquired
         while True:
-            await asyncio.sleep(self.timings.retry_period)
+            await self._sleep(self.timings.retry_period)
             deadline = renewed + self.timings.renew_deadline
             while True:
-                started = time.monotonic()
+                started = self._now()
                 verdict = await self._try(leading=True, deadline=deadline)
                 if verdict in _OURS:
                     renewed = started
                     break
                 if verdict is Verdict.LOST:
                     return f"the lease now names {self.holder or 'no holder'}"
-                left = deadline - time.monotonic()
+                left = deadline - self._now()
                 if left <= 0:
                     return f"could not renew the lease for {self.timings.renew_deadline:g}s (the renew deadline)"
-                await asyncio.sleep(min(self.timings.retry_period, left))
+                await self._sleep(min(self.timings.retry_period, left))
 
     # ---- one try --------------------------------------------------------------------------
 
     async def _try(self, leading: bool, deadline: float | None = None) -> Verdict | None:
         """Read, decide, write (client-go's tryAcquireOrRenew). The verdict that now holds; None when
         the outcome is unknown: the API failed, timed out, or another candidate wrote first."""
-        deadline = deadline if deadline is not None else time.monotonic() + self.timings.renew_deadline
+        deadline = deadline if deadline is not None else self._now() + self.timings.renew_deadline
         try:
             stored = await self._blocking(deadline, self.leases.get)
             now = self._clock()
@@ -170,7 +180,7 @@ class LeaderElector:
     async def _release(self) -> None:
         """Bounded by the renew deadline: a stop must not hang on an unreachable API server. One
         retry on a conflict: a renewal cancelled by the stop may still land just before."""
-        deadline = time.monotonic() + self.timings.renew_deadline
+        deadline = self._now() + self.timings.renew_deadline
         for attempt in (1, 2):
             try:
                 if not await self._release_once(deadline):
@@ -204,11 +214,12 @@ class LeaderElector:
         return True
 
     async def _blocking(self, deadline: float, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
-        left = deadline - time.monotonic()
+        left = deadline - self._now()
         if left <= 0:
             raise TimeoutError("no time left before the renew deadline")
         call = functools.partial(fn, *args, **kwargs)
-        return await asyncio.wait_for(asyncio.get_running_loop().run_in_executor(self._pool, call), left)
+        async with asyncio.timeout(left):  # not wait_for: see the module docstring
+            return await asyncio.get_running_loop().run_in_executor(self._pool, call)
 
     # ---- bookkeeping ----------------------------------------------------------------------
 

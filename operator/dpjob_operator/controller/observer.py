@@ -81,14 +81,15 @@ class RankTableMemo:
 
 
 def progress_target(job: Job, gen: int, phase: str | None, pods: Sequence[PodObservation]) -> Target | None:
-    """Rank 0 of gang ``gen`` while the job is Running and that pod runs with an address, else None."""
+    """Rank 0 of gang ``gen`` while the job is Running and that pod runs with an address, else None.
+    Its answer must name the generation rank 0 runs: ``gen`` plus its restarts in place."""
     if phase != "Running":
         return None
     rank0 = next((p for p in pods if p.index == 0 and p.restart == gen and p.phase == "Running" and p.pod_ip
                   and not p.deleting and p.owner_uid == job.uid), None)
     if rank0 is None or rank0.pod_ip is None:
         return None
-    return Target((job.namespace, job.name), job.name, gen, rank0.pod_ip, metrics_port(job))
+    return Target((job.namespace, job.name), job.name, rank0.gang_generation, rank0.pod_ip, metrics_port(job))
 
 
 def nodes_to_judge(pods: Sequence[PodObservation], gen: int, now: datetime, stuck_after: float,

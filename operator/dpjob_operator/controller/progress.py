@@ -18,7 +18,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -35,6 +34,7 @@ from dpjob_operator.api.progress import (
     refusal,
     report_from_samples,
 )
+from dpjob_operator.controller.clock import SLEEP, SYSTEM_CLOCK, Clock, Sleep
 
 log = logging.getLogger("dpjob.progress")
 JobKey = tuple[str, str]
@@ -63,13 +63,16 @@ class _Watch:
 
 
 class ProgressReader:
-    """Reads the rank 0 of every Running job every ``period`` seconds; ``on_step(key)`` on a new step."""
+    """Reads the rank 0 of every Running job every ``period`` seconds; ``on_step(key)`` on a new step.
+    Reports are stamped with ``clock``'s wall time; ``sleep`` waits out each period."""
 
     def __init__(self, on_step: Callable[[JobKey], None], period: float = PROGRESS_SECONDS,
-                 timeout: float = READ_TIMEOUT_SECONDS) -> None:
+                 timeout: float = READ_TIMEOUT_SECONDS, clock: Clock = SYSTEM_CLOCK, sleep: Sleep = SLEEP) -> None:
         self._on_step = on_step
         self._period = period
         self._timeout = timeout
+        self._clock = clock
+        self._sleep = sleep
         self._watches: dict[str, _Watch] = {}  # by job uid
 
     def watch(self, uid: str, target: Target | None) -> ProgressView | None:
@@ -80,7 +83,7 @@ class ProgressReader:
         watch = self._watches.get(uid)
         if watch is None or watch.target.restart != target.restart:
             self.forget(uid)  # a new gang starts a new view: nothing of the old one carries over
-            watch = self._watches[uid] = _Watch(target, ProgressView(target.restart, time.time()))
+            watch = self._watches[uid] = _Watch(target, ProgressView(target.restart, self._clock.time()))
             watch.task = asyncio.get_running_loop().create_task(self._loop(uid), name=f"progress-{uid}")
         elif watch.target != target:
             watch.target = target  # the same gang's rank 0 at a new address (a pod IP seen late)
@@ -102,11 +105,11 @@ class ProgressReader:
                 await self._read(uid, watch.target)
             except Exception:  # a report is best effort: never let one job's reader die
                 log.exception("reading the progress of %s/%s failed", *watch.target.key)
-            await asyncio.sleep(self._period)
+            await self._sleep(self._period)
 
     async def _read(self, uid: str, target: Target) -> None:
         text = await fetch_metrics(target.host, target.port, self._timeout)
-        observed_at = time.time()
+        observed_at = self._clock.time()
         watch = self._watches.get(uid)
         if watch is None or watch.target.restart != target.restart:
             return  # the gang restarted while the read was in flight: its answer is of no use

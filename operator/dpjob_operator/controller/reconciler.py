@@ -3,12 +3,11 @@
 kopf feeds job events in (``job_event``), the pod cache pod changes and the PodGroup watch the
 scheduler's verdicts (``pod_changed``); all only enqueue the job's key (``workqueue``:
 deduplicated, one worker per key). A worker takes a key and runs one pass: observe (``observer``),
-plan (pure, in ``reconcile.planner``), write the status (one patch per pass, and only on change),
-record the events right after that write (so an Event never announces something the status does
-not say, and a failing action cannot lose them; ``recorder`` sends them behind the pass), then execute
-the actions (``executor``; a new job's first write goes with its first children,
-``reconcile.first_pass``). Decisions about jobs the planner cannot see (an invalid spec, refused
-pods) come from ``reconcile.refusals``; this module only writes them, the same way.
+plan (pure, ``reconcile.planner``), write the status (one patch per pass, only on change), record
+the events right after it (an Event never says what the status does not; ``recorder`` sends them
+behind the pass), then execute the actions (``executor``; a new job's first write goes with its
+first children, ``reconcile.first_pass``). Decisions about jobs the planner cannot see (invalid
+spec, refused pods) come from ``reconcile.refusals``; this module writes them.
 """
 
 from __future__ import annotations
@@ -24,13 +23,16 @@ from typing import Any
 
 from dpjob_operator import metrics
 from dpjob_operator.api.event_order import FORGET_JOB, FORGET_UID, STORE, on_job_event
+from dpjob_operator.api.merge_patch import status_patch
 from dpjob_operator.api.observed import PodObservation
 from dpjob_operator.api.spec import Job, SpecError, parse_job
+from dpjob_operator.api.status import JobStatus
 from dpjob_operator.config import OperatorConfig
 from dpjob_operator.controller.blocking import Blocking
 from dpjob_operator.controller.executor import Executor
 from dpjob_operator.controller.gang_verdicts import GangVerdicts
 from dpjob_operator.controller.gangs import Gangs
+from dpjob_operator.controller.inplace_support import detect_restart_in_place
 from dpjob_operator.controller.observer import Observer
 from dpjob_operator.controller.progress import ProgressReader
 from dpjob_operator.controller.recorder import EventRecorder
@@ -48,8 +50,6 @@ from dpjob_operator.reconcile.refusals import create_refused_status, invalid_spe
 
 log = logging.getLogger("dpjob.controller")
 JobKey = tuple[str, str]
-
-
 STALE_RETRY_SECONDS = 0.2
 PASS_LIMIT = 600.0           # a pass makes bounded calls, each with a 30 s deadline
 
@@ -75,6 +75,7 @@ class Controller:
         self.observer = Observer(self.pods, self.gangs, self.progress, kube, self.blocking, cfg)
         self.executor = Executor(cfg, kube, self.blocking, self.gangs, self.timings)
         self.recorder = EventRecorder(kube, self.blocking)
+        self.in_place_served = False  # restart in place (reconcile/inplace.py): found out in start()
         self._spec_errors: dict[JobKey, str] = {}  # the InvalidSpec message last reported
         self.sweeper = JobSweeper(kube, self.blocking, self.jobs, self._forget, cfg.namespaces)
         self._workers: list[asyncio.Task[None]] = []
@@ -127,6 +128,7 @@ class Controller:
         """Warm up: gang-scheduling discovery, a synced pod cache and PodGroup watch. Writes nothing,
         so a standby replica does this too and is ready to work the moment it leads (``start_workers``)."""
         await self.gangs.detect(self.cfg.gang_scheduling)
+        self.in_place_served = await detect_restart_in_place(self.cfg, self.kube, self.blocking)
         self.pods.start()
         for what, wait in (("rank-pod cache", self.pods.wait_synced), ("PodGroup watch", self.gangs.wait_synced)):
             if not await asyncio.to_thread(wait, 120):
@@ -228,18 +230,17 @@ class Controller:
             await self._report_spec_error(key, body, str(e))
             return None
         self._spec_errors.pop(key, None)  # valid (again): a later mistake is reported anew
-        if job.deleting:
+        if job.deleting:  # its pods go with it
             return None
         status = dict(body.get("status") or {})
         now = datetime.now(UTC)
-        seen = await self.observer.observe(job, int(status.get("restarts", 0)), status.get("phase"))
+        seen = await self.observer.observe(job, (typed := JobStatus.from_dict(status)).pod_generation, typed.phase)
         if seen.namespace_terminating:
             return None  # the job goes with its namespace: no restart, no write (its DELETED event follows)
-        table = seen.rank_table
-        if table is not None:
+        if (table := seen.rank_table) is not None:
             table = dataclasses.replace(table, write_error=self.executor.rank_table_write_error(job.uid))
         plan = plan_job(job, status, seen.pods, now, self.cfg.pools.get(job.spec.accelerator), table,
-                        seen.gang, seen.progress, seen.nodes)
+                        seen.gang, seen.progress, seen.nodes, self.in_place_served)
         announce = functools.partial(self._announce, key, body, plan, plan.status != status)
         first = writes_alongside(status)  # a new job's: sent with its Service, rank table and Workload
         if not first:
@@ -284,8 +285,8 @@ class Controller:
         """Write the pass's status with optimistic concurrency: the plan came from ``body``'s view,
         so the write only lands if the job is still that version (StaleJob otherwise)."""
         meta = body["metadata"]
-        # A merge patch keeps keys it does not name: a field the plan dropped must be sent as null.
-        patch = {**{k: None for k in (body.get("status") or {}) if k not in status}, **status}
+        # What changed since ``body``, the view the resourceVersion pins; a dropped field (any depth) as null.
+        patch = status_patch(body.get("status") or {}, status)
         try:
             stored = await self.blocking.run(self.kube.patch_job_status, meta["namespace"], meta["name"], patch,
                                              meta.get("resourceVersion"))

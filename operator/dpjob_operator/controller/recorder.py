@@ -1,18 +1,16 @@
 """Events go out behind the pass, as client-go's EventRecorder sends them.
 
-A pass used to POST each Event itself, after its status write and before its actions: one more
-API round trip on every pass that changes a phase, and under a busy API server (200 jobs arriving
-at once) that round trip was a good part of a pass's p99. An Event is a note for people (``kubectl
-describe``), not state anyone acts on, so client-go records it into a buffered channel and a
-goroutine sends it; a full buffer drops the event rather than block the controller. This does the
-same: ``record`` only queues (after the status write, so an Event still never announces what the
-status does not say, and before the actions, so a failing action cannot lose it).
+An Event is a note for people (``kubectl describe``), not state anyone acts on, so client-go
+records it into a buffered channel and a goroutine sends it; a full buffer drops the event rather
+than block the controller. This does the same, and a pass that changes a phase costs no extra API
+round trip (under a busy API server that round trip would be a good part of a pass's p99):
+``record`` only queues (after the status write, so an Event never announces what the status does
+not say, and before the actions, so a failing action cannot lose it).
 
 Order: each job's events go through one sender (chosen by the job's UID), so they are POSTed in
-the order they were decided; they carry the time they were recorded, not the time they were sent.
-Dropped events are counted (``dpjob_events_dropped_total``).
+the order they were decided; they carry the time they were recorded (on the recorder's clock),
+not the time they were sent. Dropped events are counted (``dpjob_events_dropped_total``).
 """
-
 from __future__ import annotations
 
 import asyncio
@@ -24,6 +22,7 @@ from typing import Any
 
 from dpjob_operator import metrics
 from dpjob_operator.controller.blocking import Blocking
+from dpjob_operator.controller.clock import SYSTEM_CLOCK, Clock
 from dpjob_operator.k8s.client import KubeClient
 from dpjob_operator.reconcile.actions import Event
 
@@ -37,9 +36,10 @@ Pending = tuple[dict[str, Any], Event, datetime]
 
 class EventRecorder:
     def __init__(self, kube: KubeClient, blocking: Blocking, senders: int = SENDERS,
-                 capacity: int = CAPACITY) -> None:
+                 capacity: int = CAPACITY, clock: Clock = SYSTEM_CLOCK) -> None:
         self.kube = kube
         self.blocking = blocking
+        self._clock = clock
         self._queues: list[asyncio.Queue[Pending]] = [asyncio.Queue(capacity) for _ in range(senders)]
         self._tasks: list[asyncio.Task[None]] = []
 
@@ -55,7 +55,7 @@ class EventRecorder:
         # What the Event names, copied now: the body may be replaced before the event goes out.
         about = {"metadata": {k: meta.get(k) for k in ("name", "namespace", "uid", "resourceVersion")}}
         queue = self._queues[zlib.crc32(str(meta.get("uid") or meta.get("name")).encode()) % len(self._queues)]
-        now = datetime.now(UTC)
+        now = datetime.fromtimestamp(self._clock.time(), UTC)
         for event in events:
             try:
                 queue.put_nowait((about, event, now))
@@ -77,7 +77,8 @@ class EventRecorder:
     async def flush(self, timeout: float) -> bool:
         """Wait up to ``timeout`` seconds until every queued event is sent; False if some are not."""
         try:
-            await asyncio.wait_for(asyncio.gather(*(q.join() for q in self._queues)), timeout)
+            async with asyncio.timeout(timeout):
+                await asyncio.gather(*(q.join() for q in self._queues))
         except TimeoutError:
             return False
         return True

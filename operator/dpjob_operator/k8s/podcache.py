@@ -19,6 +19,7 @@ from collections.abc import Callable
 from typing import Any
 
 from dpjob_operator.api import constants as c
+from dpjob_operator.api.inplace_cause import carry_cause
 from dpjob_operator.api.observed import PodObservation, observe_pod
 from dpjob_operator.api.pod_changes import PodChange, classify
 from dpjob_operator.k8s.client import KubeClient
@@ -61,7 +62,7 @@ class PodCache:
             pods = self._by_job.setdefault(key, {})
             before = pods.get(name)
             if after is not None:
-                pods[name] = after
+                after = pods[name] = carry_cause(before, after)
             elif event_type == "DELETED":
                 pods.pop(name, None)
             else:

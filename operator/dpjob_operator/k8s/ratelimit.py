@@ -4,7 +4,7 @@ Off by default (``apiQPS <= 0``), as in controller-runtime since v0.21 (PR #3119
 Machinery's advice): the API server's Priority and Fairness shares it between clients by
 concurrency and answers 429 with Retry-After when a priority level is full, which ``retry_after``
 honours. A fixed QPS was dpjob's cap at scale: 200 jobs at once waited on its own 100/s bucket
-(bench/compare.py, issue 13). An admin who wants a ceiling anyway sets ``apiQPS``/``apiBurst``;
+(bench/compare.py). An admin who wants a ceiling anyway sets ``apiQPS``/``apiBurst``;
 waits are then reported to a callback so ``rest_client_rate_limiter_duration_seconds`` shows
 when it bites.
 """

@@ -10,6 +10,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from dpjob_operator.api.status import JobStatus
+
 
 @dataclass(frozen=True)
 class CreatePods:
@@ -17,6 +19,7 @@ class CreatePods:
     restart: int
     pod_group: str | None = None   # the gang's PodGroup, when gang-scheduled
     avoid_nodes: tuple[str, ...] = ()  # nodes this generation must not use (reconcile/placement.py)
+    in_place: bool = False  # with restart rules: a retriable exit restarts the pod in place (builders/restart_rules.py)
 
 
 @dataclass(frozen=True)
@@ -29,6 +32,12 @@ class DeletePods:
 @dataclass(frozen=True)
 class EnsureService:
     """The headless Service every rank resolves its peers through."""
+
+
+@dataclass(frozen=True)
+class EnsureNetworkPolicy:
+    """The job's NetworkPolicy as ``spec.isolation`` says (made, or deleted on opt-out); the
+    operator's config may turn policies off (controller/network_policies.py)."""
 
 
 @dataclass(frozen=True)
@@ -60,8 +69,8 @@ class ReleaseGang:
     """No PodGroup or Workload of the job remains (terminal or suspended: nothing to schedule)."""
 
 
-Action = (CreatePods | DeletePods | EnsureService | EnsureEnvironment | ApplyRankTable | DeleteJob | EnsureGang
-          | ReleaseGang)
+Action = (CreatePods | DeletePods | EnsureService | EnsureNetworkPolicy | EnsureEnvironment | ApplyRankTable
+          | DeleteJob | EnsureGang | ReleaseGang)
 
 
 @dataclass(frozen=True)
@@ -79,7 +88,12 @@ class Plan:
     (a policy waiting for something time-bound, e.g. the root cause of a failure).
     """
 
-    status: dict[str, Any]
+    status: dict[str, Any]    # the wire form, as written
     actions: list[Action] = field(default_factory=list)
     events: list[Event] = field(default_factory=list)
     wake_after: float | None = None
+
+    @property
+    def job_status(self) -> JobStatus:
+        """``status``, typed."""
+        return JobStatus.from_dict(self.status)

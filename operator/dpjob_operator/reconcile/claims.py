@@ -19,7 +19,6 @@ from dpjob_operator.api.constants import KIND
 from dpjob_operator.api.observed import PodObservation
 from dpjob_operator.reconcile import reasons as r
 from dpjob_operator.reconcile.actions import Event
-from dpjob_operator.reconcile.conditions import get_condition
 from dpjob_operator.reconcile.context import PassContext
 
 OURS, PREVIOUS, FOREIGN = "ours", "previous", "foreign"
@@ -69,8 +68,8 @@ def report_blocked(ctx: PassContext, foreign: Sequence[PodObservation], missing:
     else:
         message = (f"pod {p.name} exists but is not controlled by this job (controller uid "
                    f"{p.owner_uid or 'none'}); delete it or rename the job: the operator never adopts a pod")
-    was = get_condition(ctx.conditions, r.CREATED)
-    if not p.deleting and (not was or was.get("reason") != r.POD_NAME_CONFLICT):
+    was = ctx.status.condition(r.CREATED)
+    if not p.deleting and (not was or was.reason != r.POD_NAME_CONFLICT):
         ctx.events.append(Event("Warning", r.POD_NAME_CONFLICT, message))
     ctx.cond(r.CREATED, False, r.POD_NAME_CONFLICT, message)
-    ctx.status["message"] = message
+    ctx.say(message)

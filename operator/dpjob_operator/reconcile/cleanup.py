@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from datetime import datetime, timedelta
-from typing import Any
 
 from dpjob_operator.api.observed import PodObservation
 from dpjob_operator.api.spec import Job
+from dpjob_operator.api.status import JobStatus
 from dpjob_operator.api.timestamps import parse_iso
 from dpjob_operator.reconcile import reasons as r
 from dpjob_operator.reconcile.actions import DeleteJob, DeletePods
@@ -27,11 +27,11 @@ def pods_to_clean(policy: str, phase: str, current: Sequence[PodObservation]) ->
     return [p.name for p in current if p.active]
 
 
-def ttl_due(job: Job, status: Mapping[str, Any]) -> datetime | None:
+def ttl_due(job: Job, status: JobStatus) -> datetime | None:
     """When ``ttlSecondsAfterFinished`` deletes the finished job (None: no TTL or not finished)."""
     ttl = job.spec.run_policy.ttl_seconds_after_finished
-    done = parse_iso(status.get("completionTime"))
-    if ttl is None or done is None or status.get("phase") not in r.TERMINAL:
+    done = parse_iso(status.completion_time)
+    if ttl is None or done is None or status.phase not in r.TERMINAL:
         return None
     return done + timedelta(seconds=ttl)
 

@@ -2,18 +2,21 @@
 
 Each policy reads the job and the observed pods and writes into ``status``, ``actions`` and
 ``events`` through the small helpers here, so conditions and phase changes are recorded the
-same way everywhere (a phase change always comes with its Event).
+same way everywhere (a phase change always comes with its Event). ``status`` is a typed
+``JobStatus`` (api/status.py), frozen: a policy replaces it (``dataclasses.replace``), so
+``old``, what the pass began with, stays as it was.
 """
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
 from dpjob_operator.api.observed import GangObservation, NodeView, PodObservation
 from dpjob_operator.api.spec import Job
+from dpjob_operator.api.status import JobStatus, wire_status
 from dpjob_operator.api.timestamps import iso
 from dpjob_operator.reconcile.actions import Action, Event, Plan, ReleaseGang
 from dpjob_operator.reconcile.conditions import set_condition
@@ -25,8 +28,9 @@ class PassContext:
     def __init__(self, job: Job, status: Mapping[str, Any], now: datetime,
                  gang: GangObservation | None = None, nodes: NodeView | None = None) -> None:
         self.job = job
-        self.old = dict(status)
-        self.status: dict[str, Any] = copy.deepcopy(dict(status))
+        self.old = JobStatus.from_dict(status)  # what the pass began with
+        self.status = self.old                   # replaced (never changed in place) by the policies
+        self._stored = dict(status)              # for the fields JobStatus does not know: kept as they are
         self.now = now
         self.now_s = iso(now)
         self.actions: list[Action] = []
@@ -38,26 +42,33 @@ class PassContext:
     @property
     def generation(self) -> int:
         """The gang generation: status.restarts, carried by every pod's restart label."""
-        return int(self.status.get("restarts", 0))
+        return self.status.generation
 
     @property
-    def conditions(self) -> list[dict[str, Any]]:
-        return list(self.status.get("conditions") or [])
+    def pod_generation(self) -> int:
+        """The generation the current gang's pods were created in: their ``dpjob.io/restart`` label."""
+        return self.status.pod_generation
 
     def release_gang(self) -> None:
         """Nothing left to schedule: drop the PodGroup and Workload (once; status remembers)."""
-        if self.status.pop("gang", None) is not None:
+        if self.status.gang is not None:
+            self.status = replace(self.status, gang=None)
             self.actions.append(ReleaseGang())
 
     def cond(self, type_: str, value: bool, reason: str, message: str) -> None:
-        self.status["conditions"] = set_condition(self.conditions, type_, value, reason, message,
-                                                  self.now_s, self.job.generation)
+        conditions = set_condition(self.status.conditions or (), type_, value, reason, message, self.now_s,
+                                   self.job.generation)
+        self.status = replace(self.status, conditions=conditions)
 
     def phase(self, phase: str, reason: str, message: str, event_type: str = "Normal") -> None:
         """Set phase/reason/message; a change of (phase, reason) is announced by an Event."""
-        if (self.status.get("phase"), self.status.get("reason")) != (phase, reason):
+        if (self.status.phase, self.status.reason) != (phase, reason):
             self.events.append(Event(event_type, reason, message))
-        self.status.update(phase=phase, reason=reason, message=message)
+        self.status = replace(self.status, phase=phase, reason=reason, message=message)
+
+    def say(self, message: str) -> None:
+        """Set the status message alone (the phase stays)."""
+        self.status = replace(self.status, message=message)
 
     def wake_within(self, seconds: float) -> None:
         """Ask to be looked at again within ``seconds`` (the earliest request wins)."""
@@ -68,14 +79,15 @@ class PassContext:
         """The replica counters of status (what ``kubectl get`` shows as READY)."""
         live = [p for p in current if not p.deleting]
         ready = sum(1 for p in live if p.phase == "Running" and p.ready)
-        self.status.update(
+        self.status = replace(
+            self.status,
             replicas=len(live),
-            readyReplicas=ready,
-            runningReplicas=sum(1 for p in live if p.phase == "Running"),
-            succeededReplicas=sum(1 for p in live if p.phase == "Succeeded"),
-            failedReplicas=sum(1 for p in live if p.phase == "Failed"),
+            ready_replicas=ready,
+            running_replicas=sum(1 for p in live if p.phase == "Running"),
+            succeeded_replicas=sum(1 for p in live if p.phase == "Succeeded"),
+            failed_replicas=sum(1 for p in live if p.phase == "Failed"),
             ready=f"{ready}/{self.job.spec.replicas}",
         )
 
     def plan(self) -> Plan:
-        return Plan(self.status, self.actions, self.events, self.wake_after)
+        return Plan(wire_status(self.status, self._stored), self.actions, self.events, self.wake_after)

@@ -13,6 +13,7 @@ from dataclasses import replace
 
 from dpjob_operator.api.names import rank_pod_name
 from dpjob_operator.api.observed import PodObservation
+from dpjob_operator.api.status import LastFailure, LastRestart
 from dpjob_operator.api.termination import cause_excerpt
 from dpjob_operator.reconcile import reasons as r
 from dpjob_operator.reconcile.actions import DeletePods, Event
@@ -34,8 +35,8 @@ def handle_failures(ctx: PassContext, current: Sequence[PodObservation]) -> bool
         blame = root_cause(failed, current, ctx.now)
         if blame.pod is None:
             names = ", ".join(str(p.index) for p in failed)
-            ctx.status["message"] = (f"rank(s) {names} lost a peer; waiting up to {blame.wait_seconds:.0f}s "
-                                     f"for the rank that failed first")
+            ctx.say(f"rank(s) {names} lost a peer; waiting up to {blame.wait_seconds:.0f}s "
+                    f"for the rank that failed first")
             ctx.wake_within(blame.wait_seconds)
             return True
         on_failure(ctx, current, blame.pod)
@@ -49,7 +50,7 @@ def handle_failures(ctx: PassContext, current: Sequence[PodObservation]) -> bool
         restart_gang(ctx, current, r.RESIZED, counted=False,
                      message=f"spec.replicas changed to {spec.replicas}: restarting the gang at the new size")
         return True
-    gone = _vanished_rank(ctx, current) if ctx.status.get("phase") == r.RUNNING else None
+    gone = _vanished_rank(ctx, current) if ctx.status.phase == r.RUNNING else None
     if gone is not None:
         on_failure(ctx, current, gone)
         return True
@@ -70,20 +71,19 @@ def _vanished_rank(ctx: PassContext, current: Sequence[PodObservation]) -> PodOb
     vanished = [i for i in range(replicas) if i not in present]
     if vanished:
         return PodObservation(name=rank_pod_name(ctx.job.name, vanished[0]), uid="", index=vanished[0],
-                              restart=ctx.generation, phase="Unknown", reason=r.POD_DELETED, disrupted=True)
+                              restart=ctx.pod_generation, phase="Unknown", reason=r.POD_DELETED, disrupted=True)
     return None
 
 
 def on_failure(ctx: PassContext, current: Sequence[PodObservation], pod: PodObservation) -> None:
     """Record ``status.lastFailure`` for ``pod`` and restart the gang or fail the job."""
-    decision = decide_failure(ctx.job.spec.run_policy, pod, int(ctx.status.get("failureRestarts", 0)))
+    decision = decide_failure(ctx.job.spec.run_policy, pod, ctx.status.failure_restarts or 0)
     cause = cause_excerpt(pod.message)
-    ctx.status["lastFailure"] = {
-        "rank": pod.index, "pod": pod.name, "node": pod.node or "", "container": pod.container or "",
-        "exitCode": pod.exit_code if pod.exit_code is not None else -1,
-        "reason": pod.reason or decision.reason, "message": cause,
-        "restart": ctx.generation, "time": ctx.now_s,
-    }
+    failure = LastFailure(rank=pod.index, pod=pod.name, node=pod.node or "", container=pod.container or "",
+                          exit_code=pod.exit_code if pod.exit_code is not None else -1,
+                          reason=pod.reason or decision.reason, message=cause, restart=ctx.generation,
+                          time=ctx.now_s, finished_time=pod.finished_at)
+    ctx.status = replace(ctx.status, last_failure=failure)
     # The same text as status, where `kubectl describe` and event exporters look.
     ctx.events.append(Event("Warning", r.RANK_FAILED, describe_failure(pod) + (f": {cause}" if cause else "")))
     if decision.restart:
@@ -98,25 +98,27 @@ def restart_gang(ctx: PassContext, current: Sequence[PodObservation], reason: st
                  message: str) -> None:
     """Gang restart: bump the generation (in status, written first), delete every current pod."""
     gen = ctx.generation + 1
-    ctx.status["restarts"] = gen
-    if counted:
-        ctx.status["failureRestarts"] = int(ctx.status.get("failureRestarts", 0)) + 1
-    by_reason = dict(ctx.status.get("restartsByReason") or {})
+    failures = (ctx.status.failure_restarts or 0) + (1 if counted else 0)
+    by_reason = dict(ctx.status.restarts_by_reason or {})
     by_reason[reason] = by_reason.get(reason, 0) + 1
-    ctx.status["restartsByReason"] = by_reason
+    by_strategy = dict(ctx.status.restarts_by_strategy or {})
+    by_strategy["Recreate"] = by_strategy.get("Recreate", 0) + 1
+    ctx.status = replace(ctx.status, restarts=gen, failure_restarts=failures, restarts_by_reason=by_reason,
+                         restarts_by_strategy=by_strategy, recreated_at=None,  # the new pods carry gen itself
+                         last_restart=LastRestart(restart=gen, strategy="Recreate", reason=reason, time=ctx.now_s))
     doomed = [p.name for p in current if not p.deleting]
     if doomed:
         ctx.actions.append(DeletePods(tuple(doomed), f"GangRestart{reason}"))
     ctx.cond(r.RUNNING, False, r.RESTARTING, message)
     ctx.cond(r.RESTARTING, True, reason, message)
     ctx.events.append(Event("Warning", r.GANG_RESTART, f"restart {gen}: {message}"))
-    ctx.status.update(phase=r.RESTARTING, reason=reason, message=message)
+    ctx.status = replace(ctx.status, phase=r.RESTARTING, reason=reason, message=message)
     ctx.count([])
 
 
 def fail_job(ctx: PassContext, current: Sequence[PodObservation], reason: str, message: str) -> None:
     """The job has failed for good: record it and clean up per cleanPodPolicy."""
-    ctx.status["completionTime"] = ctx.now_s
+    ctx.status = replace(ctx.status, completion_time=ctx.now_s)
     ctx.cond(r.RUNNING, False, reason, message)
     ctx.cond(r.FAILED, True, reason, message)
     ctx.phase(r.FAILED, reason, message, "Warning")

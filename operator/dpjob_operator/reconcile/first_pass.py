@@ -20,8 +20,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from dpjob_operator.api.status import JobStatus
+
 
 def writes_alongside(stored_status: Mapping[str, Any]) -> bool:
     """Whether this pass is the job's first: its stored status has no phase yet (every pass that
     writes sets one), so the write may go together with the children named above."""
-    return stored_status.get("phase") is None
+    return JobStatus.from_dict(stored_status).phase is None

@@ -10,10 +10,10 @@ by later gangs, and an avoided node never makes a job unschedulable for ever.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
+from dataclasses import replace
 
 from dpjob_operator.api.observed import NODE_GONE, NODE_NOT_READY, PodObservation
+from dpjob_operator.api.status import AvoidNodes, JobStatus
 from dpjob_operator.reconcile.context import PassContext
 
 HOSTNAME_LABEL = "kubernetes.io/hostname"
@@ -35,14 +35,14 @@ def why_avoid(ctx: PassContext, pod: PodObservation) -> str | None:
 def plan_avoidance(ctx: PassContext, pod: PodObservation, next_restart: int) -> str | None:
     """Record the node the next generation avoids; returns the reason for the restart message."""
     reason = why_avoid(ctx, pod)
-    if reason is None:
-        ctx.status.pop("avoidNodes", None)
+    if reason is None or pod.node is None:
+        ctx.status = replace(ctx.status, avoid_nodes=None)
         return None
-    ctx.status["avoidNodes"] = {"restart": next_restart, "nodes": [pod.node], "reason": reason}
+    ctx.status = replace(ctx.status, avoid_nodes=AvoidNodes(restart=next_restart, nodes=(pod.node,), reason=reason))
     return reason
 
 
-def avoided_nodes(status: Mapping[str, Any], generation: int) -> tuple[str, ...]:
+def avoided_nodes(status: JobStatus, generation: int) -> tuple[str, ...]:
     """The nodes generation ``generation`` must avoid (none unless recorded for it)."""
-    avoid = status.get("avoidNodes") or {}
-    return tuple(avoid.get("nodes") or ()) if avoid.get("restart") == generation else ()
+    avoid = status.avoid_nodes
+    return tuple(avoid.nodes or ()) if avoid is not None and avoid.restart == generation else ()

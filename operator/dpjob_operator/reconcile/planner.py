@@ -14,6 +14,7 @@ pass puts right: ``first_pass.py``).
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
@@ -22,6 +23,7 @@ from dpjob_operator.api.observed import GangObservation, NodeView, PodObservatio
 from dpjob_operator.api.pools import PoolConfig
 from dpjob_operator.api.progress import ProgressView
 from dpjob_operator.api.spec import Job
+from dpjob_operator.api.status import JobStatus
 from dpjob_operator.reconcile import reasons as r
 from dpjob_operator.reconcile.actions import DeletePods, Event, Plan
 from dpjob_operator.reconcile.claims import claimed
@@ -30,6 +32,8 @@ from dpjob_operator.reconcile.context import PassContext
 from dpjob_operator.reconcile.converge import converge
 from dpjob_operator.reconcile.deadline import deadline_due, deadline_exceeded
 from dpjob_operator.reconcile.failure import fail_job, handle_failures
+from dpjob_operator.reconcile.goodput import account_goodput
+from dpjob_operator.reconcile.inplace import account_in_place, decide_strategy, fall_back_to_recreate
 from dpjob_operator.reconcile.pool import pool_missing
 from dpjob_operator.reconcile.progress import apply_progress
 from dpjob_operator.reconcile.refusals import recover_fixed_spec
@@ -43,28 +47,31 @@ from dpjob_operator.reconcile.waiting import report_waiting
 def plan_job(job: Job, status: Mapping[str, Any], pods: Sequence[PodObservation], now: datetime,
              pool: PoolConfig | None, rank_table: RankTableOutcome | None = None,
              gang: GangObservation | None = None, progress: ProgressView | None = None,
-             nodes: NodeView | None = None) -> Plan:
+             nodes: NodeView | None = None, in_place_served: bool = False) -> Plan:
     """Decide what to do for ``job`` now. See the module docstring for the invariants.
 
     ``gang`` is None when the ranks are scheduled one by one (the cluster has no gang API, the
     operator or the job disabled it). ``progress``: what rank 0 last reported (None: not read).
     ``nodes``: the health of the nodes of pods stuck Terminating (None: not looked at).
+    ``in_place_served``: the cluster keeps restart rules and the operator allows them (reconcile/inplace.py).
     """
     fixed = recover_fixed_spec(status)
     ctx = PassContext(job, status if fixed is None else fixed, now, gang, nodes)
     if fixed is not None:
         ctx.events.append(Event("Normal", r.SPEC_FIXED, "the spec is valid now: starting the job"))
     ours, foreign = claimed(job.uid, pods)
-    current = sorted((p for p in ours if p.restart == ctx.generation), key=lambda p: (p.index, p.name))
+    current = sorted((p for p in ours if p.restart == ctx.pod_generation), key=lambda p: (p.index, p.name))
     _bookkeeping(ctx, ours, current)
-    phase = ctx.status.get("phase")
+    decide_strategy(ctx, in_place_served)
+    phase = ctx.status.phase
     if phase in r.TERMINAL:
-        finish(ctx, current, phase)
+        finish(ctx, current, str(phase))
     elif pool_missing(ctx, pool) or apply_suspend(ctx, current):
         pass
     elif (late := _start(ctx)) is not None:
         fail_job(ctx, current, r.DEADLINE_EXCEEDED, late)
-    elif handle_failures(ctx, current) or apply_success(ctx, current) or apply_stall(ctx, current, progress):
+    elif (fall_back_to_recreate(ctx, current) or account_in_place(ctx, current)
+          or handle_failures(ctx, current) or apply_success(ctx, current) or apply_stall(ctx, current, progress)):
         pass
     else:
         converge(ctx, current, pods, rank_table, foreign)
@@ -73,25 +80,27 @@ def plan_job(job: Job, status: Mapping[str, Any], pods: Sequence[PodObservation]
         settle_stall(ctx)
         report_waiting(ctx, current)
         apply_progress(ctx, progress)  # last: a pass that writes anyway takes the progress along
+        account_goodput(ctx, progress)
     return ctx.plan()
 
 
 def _bookkeeping(ctx: PassContext, ours: Sequence[PodObservation], current: Sequence[PodObservation]) -> None:
     """Fields every pass writes, and the deletion of our pods of another gang generation."""
     job = ctx.job
-    ctx.status.update(observedGeneration=job.generation, worldSize=job.spec.world_size, selector=pod_selector(job))
-    ctx.status.setdefault("restarts", 0)
-    ctx.status.setdefault("failureRestarts", 0)
+    ctx.status = replace(ctx.status, observed_generation=job.generation, world_size=job.spec.world_size,
+                         selector=pod_selector(job), restarts=ctx.status.restarts or 0,
+                         failure_restarts=ctx.status.failure_restarts or 0)
     ctx.count(current)
-    stale = [p.name for p in ours if p.restart != ctx.generation and not p.deleting]
+    stale = [p.name for p in ours if p.restart != ctx.pod_generation and not p.deleting]
     if stale:
         ctx.actions.append(DeletePods(tuple(stale), r.STALE_GENERATION))
 
 
 def _start(ctx: PassContext) -> str | None:
     """Start the clock and the first phase; the deadline message once the run is out of time."""
-    ctx.status.setdefault("startTime", ctx.now_s)
-    if ctx.status.get("phase") is None:
+    if ctx.status.start_time is None:
+        ctx.status = replace(ctx.status, start_time=ctx.now_s)
+    if ctx.status.phase is None:
         spec = ctx.job.spec
         ctx.phase(r.PENDING, r.ACCEPTED, f"creating {spec.replicas} rank pod(s), world size {spec.world_size}")
         ctx.cond(r.CREATED, False, r.CREATING, "rank pods are being created")
@@ -100,7 +109,8 @@ def _start(ctx: PassContext) -> str | None:
 
 def next_wakeup(job: Job, status: Mapping[str, Any], now: datetime) -> float | None:
     """Seconds until a time-based decision (deadline or TTL) is due, if any."""
-    due = [t for t in (deadline_due(job, status), ttl_due(job, status)) if t is not None]
+    typed = JobStatus.from_dict(status)
+    due = [t for t in (deadline_due(job, typed), ttl_due(job, typed)) if t is not None]
     if not due:
         return None
     return max(0.0, (min(due) - now).total_seconds())

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from dpjob_operator.api.pools import PoolConfig
 from dpjob_operator.reconcile import reasons as r
-from dpjob_operator.reconcile.conditions import get_condition
 from dpjob_operator.reconcile.context import PassContext
 
 
@@ -20,6 +19,6 @@ def pool_missing(ctx: PassContext, pool: PoolConfig | None) -> bool:
                  f"to add it to the operator's pools")
         ctx.phase(r.PENDING, r.POOL_NOT_CONFIGURED, f"no node pool configured for accelerator {acc!r}", "Warning")
         return True
-    if get_condition(ctx.conditions, r.POOL_AVAILABLE):
+    if ctx.status.condition(r.POOL_AVAILABLE):
         ctx.cond(r.POOL_AVAILABLE, True, r.POOL_CONFIGURED, f"node pool {acc!r} is configured")
     return False

@@ -15,101 +15,102 @@ contract). This module decides what the status says and when it is worth a write
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
 from dpjob_operator.api.progress import PROGRESS_SECONDS, ProgressReport, ProgressView
+from dpjob_operator.api.status import Progress, SlowestRank
 from dpjob_operator.api.timestamps import iso, parse_iso
 from dpjob_operator.reconcile import reasons as r
 from dpjob_operator.reconcile.actions import Event
 from dpjob_operator.reconcile.context import PassContext
-
-RATE_FIELDS = ("stepsPerSecond", "samplesPerSecond")
 
 
 def apply_progress(ctx: PassContext, view: ProgressView | None) -> None:
     """Record the latest report of the current gang when due. Runs last in a pass: it needs to
     know whether the pass writes the status anyway."""
     # The gang this pass began with: a pass that restarts it still records its last report.
-    if view is None or view.restart != int(ctx.old.get("restarts", 0)) or view.latest is None:
+    if view is None or view.restart != ctx.old.generation or view.latest is None:
         return  # nothing read yet, or a read of an older gang's pod (in flight when the gang restarted)
-    old: dict[str, Any] = dict(ctx.old.get("progress") or {})
-    new = progress_status(view.latest, view.base, old, ctx.now)
-    if ctx.status.get("phase") in r.TERMINAL:
-        new.pop("eta", None)  # the run is over: no estimate left to make
-        new.pop("remaining", None)
+    old = ctx.old.progress or Progress()
+    new = build_progress(view.latest, view.base, old, ctx.now)
+    if ctx.status.phase in r.TERMINAL:
+        new = replace(new, eta=None, remaining=None)  # the run is over: no estimate left to make
     if _due(ctx, old, new):
-        ctx.status["progress"] = new
+        ctx.status = replace(ctx.status, progress=new)
         _announce_straggler(ctx, old, new)
 
 
-def _announce_straggler(ctx: PassContext, old: dict[str, Any], new: dict[str, Any]) -> None:
+def _announce_straggler(ctx: PassContext, old: Progress, new: Progress) -> None:
     """One Warning event when a straggler appears or another rank becomes it."""
-    slow = new.get("slowestRank")
-    if slow is None or (old.get("slowestRank") or {}).get("rank") == slow["rank"]:
+    slow = new.slowest_rank
+    if slow is None or (old.slowest_rank or SlowestRank()).rank == slow.rank:
         return
     ctx.events.append(Event("Warning", r.STRAGGLER,
-                            f"rank {slow['rank']} is a straggler: its own step time is {slow['ratio']}x the "
+                            f"rank {slow.rank} is a straggler: its own step time is {slow.ratio}x the "
                             f"median of the ranks' (its node or device is slower; the gang runs at its pace)"))
 
 
-def _due(ctx: PassContext, old: dict[str, Any], new: dict[str, Any]) -> bool:
-    if ctx.status != ctx.old or not old or old.get("restart") != new["restart"]:
+def _due(ctx: PassContext, old: Progress, new: Progress) -> bool:
+    if ctx.status != ctx.old or old == Progress() or old.restart != new.restart:
         return True
-    if (old.get("step"), old.get("checkpointStep")) == (new["step"], new.get("checkpointStep")):
+    if (old.step, old.checkpoint_step) == (new.step, new.checkpoint_step):
         return False
-    written = parse_iso(old.get("observedTime"))
+    written = parse_iso(old.observed_time)
     return written is None or (ctx.now - written).total_seconds() >= PROGRESS_SECONDS
 
 
-def progress_status(rep: ProgressReport, base: ProgressReport | None, old: dict[str, Any],
+def progress_status(rep: ProgressReport, base: ProgressReport | None, old: Mapping[str, Any],
                     now: datetime) -> dict[str, Any]:
-    """The ``status.progress`` object for ``rep``; ``old`` lends its rates when no new one is measurable
-    (the first report after an operator restart)."""
-    out: dict[str, Any] = {"restart": rep.restart, "step": rep.step, "lastStepTime": _time(rep.last_step_time),
-                           "observedTime": _time(rep.observed_at)}
-    rates = _rates(rep, base)
-    if not rates and old.get("restart") == rep.restart:
-        rates = {k: old[k] for k in RATE_FIELDS if k in old}
-    out.update(rates)
-    if rep.total_steps:
-        out.update(totalSteps=rep.total_steps, percent=min(100, max(0, 100 * rep.step // rep.total_steps)))
-        out.update(_estimate(rep, rep.total_steps, rates.get("stepsPerSecond"), now))
-    out["summary"] = f"{rep.step}/{rep.total_steps} ({out['percent']}%)" if rep.total_steps else f"step {rep.step}"
-    if rep.loss is not None:
-        out["loss"] = float(f"{rep.loss:.6g}")
-    if rep.epoch is not None:
-        out["epoch"] = rep.epoch
-    if rep.checkpoint_step is not None:
-        out["checkpointStep"] = rep.checkpoint_step
-    if rep.checkpoint_time is not None:
-        out["checkpointTime"] = _time(rep.checkpoint_time)
-    if rep.straggler_rank is not None:
-        out["slowestRank"] = {"rank": rep.straggler_rank, "ratio": float(f"{rep.slowest_ratio or 0:.3g}")}
-    return out
+    """The ``status.progress`` object for ``rep``, on the wire (see ``build_progress``)."""
+    return build_progress(rep, base, Progress.from_dict(old), now).to_dict()
 
 
-def _rates(rep: ProgressReport, base: ProgressReport | None) -> dict[str, float]:
+def build_progress(rep: ProgressReport, base: ProgressReport | None, old: Progress, now: datetime) -> Progress:
+    """``status.progress`` for ``rep``; ``old`` lends its rates when no new one is measurable (the
+    first report after an operator restart)."""
+    steps_per_second, samples_per_second = _rates(rep, base)
+    if steps_per_second is None and old.restart == rep.restart:
+        steps_per_second, samples_per_second = old.steps_per_second, old.samples_per_second
+    total = rep.total_steps or None
+    percent = min(100, max(0, 100 * rep.step // total)) if total else None
+    eta, remaining = _estimate(rep, total, steps_per_second, now) if total else (None, None)
+    slowest = None if rep.straggler_rank is None else \
+        SlowestRank(rank=rep.straggler_rank, ratio=float(f"{rep.slowest_ratio or 0:.3g}"))
+    return Progress(
+        restart=rep.restart, step=rep.step, total_steps=total, percent=percent,
+        summary=f"{rep.step}/{total} ({percent}%)" if total else f"step {rep.step}",
+        steps_per_second=steps_per_second, samples_per_second=samples_per_second, eta=eta, remaining=remaining,
+        loss=None if rep.loss is None else float(f"{rep.loss:.6g}"), epoch=rep.epoch,
+        last_step_time=_time(rep.last_step_time), checkpoint_step=rep.checkpoint_step,
+        checkpoint_time=None if rep.checkpoint_time is None else _time(rep.checkpoint_time),
+        observed_time=_time(rep.observed_at), slowest_rank=slowest)
+
+
+def _rates(rep: ProgressReport, base: ProgressReport | None) -> tuple[float | None, float | None]:
     """Steps and samples per second between ``base`` and ``rep`` (same gang, the step moved)."""
     if base is None or base.restart != rep.restart or rep.step <= base.step:
-        return {}
+        return None, None
     seconds = rep.last_step_time - base.last_step_time
     if seconds <= 0:
-        return {}
-    rates = {"stepsPerSecond": _sig((rep.step - base.step) / seconds)}
+        return None, None
+    samples = None
     if rep.global_samples is not None and base.global_samples is not None \
             and rep.global_samples >= base.global_samples:
-        rates["samplesPerSecond"] = _sig((rep.global_samples - base.global_samples) / seconds)
-    return rates
+        samples = _sig((rep.global_samples - base.global_samples) / seconds)
+    return _sig((rep.step - base.step) / seconds), samples
 
 
-def _estimate(rep: ProgressReport, total: int, steps_per_second: float | None, now: datetime) -> dict[str, str]:
+def _estimate(rep: ProgressReport, total: int, steps_per_second: float | None,
+              now: datetime) -> tuple[str | None, str | None]:
     """``eta`` (when the last step is due) and ``remaining`` (from now, for ``kubectl get``)."""
     left = max(0, total - rep.step)
     if left and not steps_per_second:
-        return {}
+        return None, None
     eta = rep.last_step_time + (left / steps_per_second if left and steps_per_second else 0.0)
-    return {"eta": _time(eta), "remaining": human_duration(max(0.0, eta - now.timestamp()))}
+    return _time(eta), human_duration(max(0.0, eta - now.timestamp()))
 
 
 def human_duration(seconds: float) -> str:

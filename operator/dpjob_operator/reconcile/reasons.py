@@ -52,6 +52,7 @@ FAILED_CREATE_POD = "FailedCreatePod"
 POD_NAME_CONFLICT = "PodNameConflict"
 SERVICE_NAME_CONFLICT = "ServiceNameConflict"      # a Service of the job's name that is not ours
 CONFIGMAP_NAME_CONFLICT = "ConfigMapNameConflict"  # a rank-table ConfigMap name taken by someone else
+NETWORK_POLICY_NAME_CONFLICT = "NetworkPolicyNameConflict"  # a NetworkPolicy of the job's name, not ours
 GANG_NAME_CONFLICT = "GangNameConflict"  # a Workload or PodGroup of the job's gang name, not ours
 IMAGE_PULL_ERROR = "ImagePullError"              # Waiting: a rank's image cannot be pulled
 CONTAINER_CONFIG_ERROR = "ContainerConfigError"  # Waiting: a rank's container cannot be created
@@ -65,3 +66,5 @@ ENVIRONMENT_WRITE_FAILED = "EnvironmentWriteFailed"  # ... or the ranks' shared 
 SPEC_FIXED = "SpecFixed"
 STARTUP_TIMEOUT = "StartupTimeout"   # no first step within runPolicy.startupTimeoutSeconds
 PROGRESSING = "Progressing"          # Stalled=False: steps are reported again
+IN_PLACE_UNAVAILABLE = "InPlaceUnavailable"      # restartStrategy InPlace asked for, Recreate runs (why in the event)
+NOT_RESTARTED_IN_PLACE = "NotRestartedInPlace"   # a rank did not follow its gang's in-place restart: recreated

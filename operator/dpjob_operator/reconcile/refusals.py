@@ -8,11 +8,12 @@ returns a ``Plan`` without actions: the new status and the Event announcing it.
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Mapping
+from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
+from dpjob_operator.api.status import JobStatus, wire_status
 from dpjob_operator.api.timestamps import iso
 from dpjob_operator.reconcile import reasons as r
 from dpjob_operator.reconcile.actions import Event, Plan
@@ -25,11 +26,11 @@ def invalid_spec_status(body_status: Mapping[str, Any], message: str, now: datet
     Terminal (``completionTime`` set) because no retry can help until the user edits the spec.
     """
     now_s = iso(now)
-    status = copy.deepcopy(dict(body_status))
-    status["conditions"] = set_condition(status.get("conditions") or [], r.FAILED, True, r.INVALID_SPEC, message,
-                                         now_s, generation)
-    status.update(phase=r.FAILED, reason=r.INVALID_SPEC, message=message, completionTime=now_s)
-    return Plan(status, [], [Event("Warning", r.INVALID_SPEC, message)])
+    status = JobStatus.from_dict(body_status)
+    conditions = set_condition(status.conditions or (), r.FAILED, True, r.INVALID_SPEC, message, now_s, generation)
+    status = replace(status, conditions=conditions, phase=r.FAILED, reason=r.INVALID_SPEC, message=message,
+                     completion_time=now_s)
+    return Plan(wire_status(status, body_status), [], [Event("Warning", r.INVALID_SPEC, message)])
 
 
 def create_refused_message(failed: int, total: int, server_message: str) -> str:
@@ -43,10 +44,10 @@ def create_refused_status(body_status: Mapping[str, Any], message: str, now: dat
     template); or ``RankTableReady=False/RankTableWriteFailed`` for a refused rank-table ConfigMap. The
     phase is left alone: the controller keeps retrying with backoff, and the objects appear as soon as
     the user (or the admin) fixes the cause."""
-    status = copy.deepcopy(dict(body_status))
-    status["conditions"] = set_condition(status.get("conditions") or [], condition, False, reason,
-                                         message, iso(now), generation)
-    return Plan(status, [], [Event("Warning", reason, message)])
+    status = JobStatus.from_dict(body_status)
+    conditions = set_condition(status.conditions or (), condition, False, reason, message, iso(now), generation)
+    status = replace(status, conditions=conditions)
+    return Plan(wire_status(status, body_status), [], [Event("Warning", reason, message)])
 
 
 def recover_fixed_spec(status: Mapping[str, Any]) -> dict[str, Any] | None:
@@ -56,8 +57,9 @@ def recover_fixed_spec(status: Mapping[str, Any]) -> dict[str, Any] | None:
     the Job controller's validation works the same way. Returns the status to plan from, or None
     when there is nothing to recover.
     """
-    if status.get("phase") != r.FAILED or status.get("reason") != r.INVALID_SPEC:
+    typed = JobStatus.from_dict(status)
+    if typed.phase != r.FAILED or typed.reason != r.INVALID_SPEC:
         return None
-    fresh = {k: v for k, v in status.items() if k not in ("phase", "reason", "message", "completionTime")}
-    fresh["conditions"] = [c for c in status.get("conditions") or [] if c.get("type") != r.FAILED]
-    return fresh
+    fresh = replace(typed, phase=None, reason=None, message=None, completion_time=None,
+                    conditions=tuple(c for c in typed.conditions or () if c.type != r.FAILED))
+    return wire_status(fresh, status)

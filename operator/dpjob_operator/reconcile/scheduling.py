@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 
 from dpjob_operator.api.names import pod_group_name
 from dpjob_operator.api.observed import PodObservation
+from dpjob_operator.api.status import Gang
 from dpjob_operator.reconcile import reasons as r
 from dpjob_operator.reconcile.actions import EnsureGang, Event
-from dpjob_operator.reconcile.conditions import get_condition, is_true
 from dpjob_operator.reconcile.context import PassContext
 
 
@@ -24,14 +25,14 @@ def gang_of_generation(ctx: PassContext, current: Sequence[PodObservation]) -> s
     existing = [p for p in current if not p.deleting]
     if existing:
         return next((p.pod_group for p in existing if p.pod_group), None)
-    return pod_group_name(ctx.job.name, ctx.generation) if ctx.gang is not None else None
+    return pod_group_name(ctx.job.name, ctx.pod_generation) if ctx.gang is not None else None
 
 
 def ensure_gang(ctx: PassContext, group: str | None) -> None:
     """Before the pods: the group must be whole before the scheduler can admit any of it."""
     if group is not None and ctx.gang is not None:
-        ctx.actions.append(EnsureGang(ctx.generation, ctx.gang.min_count))
-        ctx.status["gang"] = {"podGroup": group, "minCount": ctx.gang.min_count}
+        ctx.actions.append(EnsureGang(ctx.pod_generation, ctx.gang.min_count))
+        ctx.status = replace(ctx.status, gang=Gang(pod_group=group, min_count=ctx.gang.min_count))
     elif group is None:
         ctx.release_gang()
 
@@ -47,14 +48,14 @@ def report_scheduling(ctx: PassContext, live: Sequence[PodObservation]) -> None:
         if unschedulable:  # the PodGroup says that; the pod says why
             p = unschedulable[0]
             msg += f"; rank {p.index} (pod {p.name}): {p.unschedulable}"
-        was = get_condition(ctx.conditions, r.PODS_SCHEDULED)
-        if not was or was.get("reason") != r.GANG_UNSCHEDULABLE:
+        was = ctx.status.condition(r.PODS_SCHEDULED)
+        if not was or was.reason != r.GANG_UNSCHEDULABLE:
             ctx.events.append(Event("Warning", r.GANG_UNSCHEDULABLE, msg))
         ctx.cond(r.PODS_SCHEDULED, False, r.GANG_UNSCHEDULABLE, msg)
     elif unschedulable:
         p = unschedulable[0]
         msg = f"rank {p.index} (pod {p.name}) cannot be scheduled: {p.unschedulable}"
-        if is_true(ctx.conditions, r.PODS_SCHEDULED) or get_condition(ctx.conditions, r.PODS_SCHEDULED) is None:
+        if ctx.status.is_true(r.PODS_SCHEDULED) or ctx.status.condition(r.PODS_SCHEDULED) is None:
             ctx.events.append(Event("Warning", r.UNSCHEDULABLE, msg))
         ctx.cond(r.PODS_SCHEDULED, False, r.UNSCHEDULABLE, msg)
     elif live and all(p.node for p in live):

@@ -21,15 +21,15 @@ as Failed/BackoffLimitExceeded instead of restarting forever.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 
 from dpjob_operator.api.observed import PodObservation
 from dpjob_operator.api.progress import ProgressView
+from dpjob_operator.api.status import LastStall
 from dpjob_operator.api.timestamps import iso, parse_iso
 from dpjob_operator.reconcile import reasons as r
 from dpjob_operator.reconcile.actions import Event
-from dpjob_operator.reconcile.conditions import get_condition, is_true
 from dpjob_operator.reconcile.context import PassContext
 from dpjob_operator.reconcile.failure import fail_job, restart_gang
 
@@ -44,7 +44,7 @@ class Stall:
 def apply_stall(ctx: PassContext, current: Sequence[PodObservation], view: ProgressView | None) -> bool:
     """True when the watchdog restarted or failed the job in this pass."""
     policy = ctx.job.spec.run_policy
-    if ctx.status.get("phase") != r.RUNNING or not (policy.stall_timeout_seconds or policy.startup_timeout_seconds):
+    if ctx.status.phase != r.RUNNING or not (policy.stall_timeout_seconds or policy.startup_timeout_seconds):
         return False
     stall = find_stall(ctx, view)
     if stall is None:
@@ -57,10 +57,10 @@ def last_step(ctx: PassContext, view: ProgressView | None) -> tuple[int, datetim
     found: list[tuple[int, datetime]] = []
     if view is not None and view.restart == ctx.generation and view.latest is not None:
         found.append((view.latest.step, datetime.fromtimestamp(view.latest.last_step_time, UTC)))
-    written = ctx.old.get("progress") or {}
-    at = parse_iso(written.get("lastStepTime"))
-    if written.get("restart") == ctx.generation and at is not None and written.get("step"):
-        found.append((int(written["step"]), at))
+    written = ctx.old.progress
+    at = parse_iso(written.last_step_time) if written is not None else None
+    if written is not None and written.restart == ctx.generation and at is not None and written.step:
+        found.append((written.step, at))
     return max(found, key=lambda pair: pair[1]) if found else None
 
 
@@ -94,35 +94,33 @@ def find_stall(ctx: PassContext, view: ProgressView | None) -> Stall | None:
 
 def settle_stall(ctx: PassContext) -> None:
     """A job that succeeded is not stalled, even when its restarted gang finished between two reads."""
-    if ctx.status.get("phase") == r.SUCCEEDED and is_true(ctx.conditions, r.STALLED):
+    if ctx.status.phase == r.SUCCEEDED and ctx.status.is_true(r.STALLED):
         ctx.cond(r.STALLED, False, r.JOB_SUCCEEDED, "the job succeeded")
 
 
 def _running_since(ctx: PassContext) -> datetime | None:
     """When the current gang's ranks were all running (the Running condition's transition)."""
-    cond = get_condition(ctx.conditions, r.RUNNING)
-    if cond is None or cond.get("status") != "True":
+    cond = ctx.status.condition(r.RUNNING)
+    if cond is None or cond.status != "True":
         return None
-    return parse_iso(cond.get("lastTransitionTime"))
+    return parse_iso(cond.last_transition_time)
 
 
 def _clear(ctx: PassContext, step: int, at: datetime) -> None:
     """Steps are coming again (after a stall reported with stallPolicy None, or in the restarted gang)."""
     timeout = timedelta(seconds=ctx.job.spec.run_policy.stall_timeout_seconds or 0)
-    if is_true(ctx.conditions, r.STALLED) and ctx.now - at < timeout:
+    if ctx.status.is_true(r.STALLED) and ctx.now - at < timeout:
         ctx.cond(r.STALLED, False, r.PROGRESSING, f"step {step} reported at {iso(at)}")
 
 
 def _act(ctx: PassContext, current: Sequence[PodObservation], stall: Stall) -> bool:
     """Report the stall once, then carry out ``stallPolicy``."""
-    previous = dict(ctx.status.get("lastStall") or {})
-    if (previous.get("restart"), previous.get("reason"), previous.get("step")) == \
-            (ctx.generation, stall.reason, stall.step):
+    previous = ctx.status.last_stall or LastStall()
+    if (previous.restart, previous.reason, previous.step) == (ctx.generation, stall.reason, stall.step):
         return False  # reported already (stallPolicy None): nothing new to say
-    record = {"reason": stall.reason, "restart": ctx.generation, "time": ctx.now_s, "message": stall.message}
-    if stall.step is not None:
-        record["step"] = stall.step
-    ctx.status["lastStall"] = record
+    record = LastStall(reason=stall.reason, step=stall.step, restart=ctx.generation, time=ctx.now_s,
+                       message=stall.message)
+    ctx.status = replace(ctx.status, last_stall=record)
     ctx.cond(r.STALLED, True, stall.reason, stall.message)
     policy = ctx.job.spec.run_policy
     if policy.stall_policy == "Fail":
@@ -135,12 +133,12 @@ def _act(ctx: PassContext, current: Sequence[PodObservation], stall: Stall) -> b
     return True
 
 
-def _restart(ctx: PassContext, current: Sequence[PodObservation], stall: Stall, previous: dict[str, object]) -> None:
+def _restart(ctx: PassContext, current: Sequence[PodObservation], stall: Stall, previous: LastStall) -> None:
     """A gang restart, charged to backoffLimit only when no step past the previous stall's was made."""
     policy = ctx.job.spec.run_policy
-    before = previous.get("step")
-    charged = bool(previous) and (stall.step or 0) <= (before if isinstance(before, int) else 0)
-    failures = int(ctx.status.get("failureRestarts", 0))
+    before = previous.step
+    charged = previous != LastStall() and (stall.step or 0) <= (before or 0)
+    failures = ctx.status.failure_restarts or 0
     if charged and failures >= policy.backoff_limit:
         fail_job(ctx, current, r.BACKOFF_LIMIT_EXCEEDED,
                  f"{stall.message}; stalled again without passing step {before} of the previous stall, and "

@@ -26,7 +26,6 @@ from dpjob_operator.api.observed import NODE_GONE, NODE_NOT_READY, NODE_UNKNOWN,
 from dpjob_operator.api.timestamps import parse_iso
 from dpjob_operator.reconcile import reasons as r
 from dpjob_operator.reconcile.actions import DeletePods, Event
-from dpjob_operator.reconcile.conditions import get_condition, is_true
 from dpjob_operator.reconcile.context import PassContext
 
 DOWN = (NODE_NOT_READY, NODE_GONE)
@@ -52,7 +51,7 @@ def report_stuck(ctx: PassContext, ours: Sequence[PodObservation], nodes: NodeVi
         return
     stuck = stuck_pods(ours, ctx, nodes.stuck_after)
     if not stuck:
-        if is_true(ctx.conditions, r.STUCK_TERMINATING):
+        if ctx.status.is_true(r.STUCK_TERMINATING):
             ctx.cond(r.STUCK_TERMINATING, False, r.CLEARED, "no rank pod is stuck Terminating")
         return
     health = {p.name: nodes.health.get(p.node or "", NODE_UNKNOWN) for p in stuck}
@@ -64,8 +63,8 @@ def report_stuck(ctx: PassContext, ours: Sequence[PodObservation], nodes: NodeVi
         ": force-deleting it, as the pod GC controller does for a node that is down" if forced else
         ": its node has not confirmed the deletion; the next gang waits for the name (check the node and "
         "finalizers; the operator forces deletion only on a NotReady node)")
-    was = get_condition(ctx.conditions, r.STUCK_TERMINATING)
-    if not was or was.get("status") != "True" or was.get("message") != message:
+    was = ctx.status.condition(r.STUCK_TERMINATING)
+    if not was or was.status != "True" or was.message != message:
         ctx.events.append(Event("Warning", r.STUCK_TERMINATING, message))
     ctx.cond(r.STUCK_TERMINATING, True, reason, message)
     if forced:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from dataclasses import replace
 
 from dpjob_operator.api.observed import PodObservation
 from dpjob_operator.reconcile import reasons as r
@@ -34,7 +35,7 @@ def apply_success(ctx: PassContext, current: Sequence[PodObservation]) -> bool:
         ctx.actions.append(DeletePods(tuple(leftovers), r.JOB_SUCCEEDED))
     ctx.release_gang()
     message = success_message(spec.success_policy, spec.replicas)
-    ctx.status["completionTime"] = ctx.now_s
+    ctx.status = replace(ctx.status, completion_time=ctx.now_s)
     ctx.cond(r.RUNNING, False, r.JOB_SUCCEEDED, "the job has finished")
     ctx.cond(r.SUCCEEDED, True, r.JOB_SUCCEEDED, message)
     ctx.phase(r.SUCCEEDED, r.JOB_SUCCEEDED, message)

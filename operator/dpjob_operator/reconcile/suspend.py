@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 
 from dpjob_operator.api.observed import PodObservation
 from dpjob_operator.reconcile import reasons as r
 from dpjob_operator.reconcile.actions import DeletePods, Event
-from dpjob_operator.reconcile.conditions import is_true
 from dpjob_operator.reconcile.context import PassContext
 
 
@@ -21,9 +21,9 @@ def apply_suspend(ctx: PassContext, current: Sequence[PodObservation]) -> bool:
         ctx.cond(r.SUSPENDED, True, r.SUSPENDED, "the job is suspended: rank pods are deleted")
         ctx.phase(r.SUSPENDED, r.SUSPENDED, "the job is suspended (spec.runPolicy.suspend)")
         # startTime restarts on resume, so activeDeadlineSeconds counts running time only.
-        ctx.status.pop("startTime", None)
+        ctx.status = replace(ctx.status, start_time=None)
         return True
-    if is_true(ctx.conditions, r.SUSPENDED):
+    if ctx.status.is_true(r.SUSPENDED):
         ctx.cond(r.SUSPENDED, False, r.RESUMED, "the job was resumed")
         ctx.events.append(Event("Normal", r.RESUMED, "the job was resumed: recreating the rank pods"))
     return False

@@ -29,7 +29,6 @@ from collections.abc import Sequence
 from dpjob_operator.api.observed import PodObservation
 from dpjob_operator.reconcile import reasons as r
 from dpjob_operator.reconcile.actions import Event
-from dpjob_operator.reconcile.conditions import get_condition, is_true
 from dpjob_operator.reconcile.context import PassContext
 
 IMAGE_REASONS = frozenset({"ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull",
@@ -46,18 +45,18 @@ def _first(live: Sequence[PodObservation], reasons: frozenset[str]) -> PodObserv
 def _why(ctx: PassContext, live: Sequence[PodObservation]) -> tuple[str, str]:
     spec = ctx.job.spec
     running = sum(1 for p in live if p.phase == "Running")
-    if ctx.status.get("phase") == r.SUSPENDED:
+    if ctx.status.phase == r.SUSPENDED:
         return r.SUSPENDED, "the job is suspended (runPolicy.suspend): no rank runs until it is resumed"
-    if is_true(ctx.conditions, r.STALLED):
-        stalled = get_condition(ctx.conditions, r.STALLED) or {}
-        return r.STALLED, str(stalled.get("message") or "no step reported within stallTimeoutSeconds")
+    stalled = ctx.status.condition(r.STALLED)
+    if stalled is not None and stalled.status == "True":
+        return r.STALLED, stalled.message or "no step reported within stallTimeoutSeconds"
     for reason, kinds in ((r.IMAGE_PULL_ERROR, IMAGE_REASONS), (r.CONTAINER_CONFIG_ERROR, CONFIG_REASONS)):
         p = _first(live, kinds)
         if p is not None:
             return reason, f"rank {p.index} (pod {p.name}) cannot start: {p.waiting}"
-    scheduled = get_condition(ctx.conditions, r.PODS_SCHEDULED)
-    if scheduled and scheduled.get("status") == "False":
-        return str(scheduled.get("reason")), str(scheduled.get("message"))
+    scheduled = ctx.status.condition(r.PODS_SCHEDULED)
+    if scheduled and scheduled.status == "False":
+        return str(scheduled.reason), str(scheduled.message)
     return r.STARTING, (f"{running}/{spec.replicas} rank(s) running; {len(live)}/{spec.replicas} created"
                         + (f"; rank {p.index} waits: {p.waiting}" if (p := _first_waiting(live)) else ""))
 
@@ -68,19 +67,19 @@ def _first_waiting(live: Sequence[PodObservation]) -> PodObservation | None:
 
 def report_waiting(ctx: PassContext, current: Sequence[PodObservation]) -> None:
     """Set ``Waiting``: True with the most actionable reason while not every rank runs."""
-    if ctx.status.get("phase") in r.TERMINAL:  # decided this pass: nothing waits any more
-        if is_true(ctx.conditions, r.WAITING):
-            ctx.cond(r.WAITING, False, str(ctx.status["phase"]), "the job has finished")
+    if ctx.status.phase in r.TERMINAL:  # decided this pass: nothing waits any more
+        if ctx.status.is_true(r.WAITING):
+            ctx.cond(r.WAITING, False, str(ctx.status.phase), "the job has finished")
         return
     live = [p for p in current if not p.deleting and p.index < ctx.job.spec.replicas]
     spec = ctx.job.spec
     all_running = len(live) == spec.replicas and all(p.phase == "Running" for p in live)
-    if all_running and not is_true(ctx.conditions, r.STALLED):
-        if get_condition(ctx.conditions, r.WAITING) is not None:
+    if all_running and not ctx.status.is_true(r.STALLED):
+        if ctx.status.condition(r.WAITING) is not None:
             ctx.cond(r.WAITING, False, r.RUNNING, f"all {spec.replicas} rank(s) are running")
         return
     reason, message = _why(ctx, live)
-    was = get_condition(ctx.conditions, r.WAITING)
-    if reason in _ACTIONABLE and (not was or was.get("reason") != reason or was.get("status") != "True"):
+    was = ctx.status.condition(r.WAITING)
+    if reason in _ACTIONABLE and (not was or was.reason != reason or was.status != "True"):
         ctx.events.append(Event("Warning", reason, message))
     ctx.cond(r.WAITING, True, reason, message)

@@ -1,4 +1,4 @@
-"""The MindSpore backend of the trainer (``--framework mindspore``, issue 16).
+"""The MindSpore backend of the trainer (``--framework mindspore``).
 
 Only the modules of this package import mindspore, and only the ones that train (tasks.py,
 train.py, ckpt.py); config.py, env.py, sharding.py and cli.py are pure, so a bad flag or

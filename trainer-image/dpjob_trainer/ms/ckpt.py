@@ -16,7 +16,7 @@ from typing import Any
 
 import mindspore as ms
 
-from .config import ConfigError
+from ..config import ConfigError
 
 CHECKPOINT_NAME = "ms-checkpoint.ckpt"
 

@@ -10,14 +10,13 @@ and never trains or writes a report.
 from __future__ import annotations
 
 import argparse
-import signal
-import time
 from collections.abc import Callable, Mapping
 
+from ..config import ConfigError
 from ..env import EnvError
-from ..metrics import NullMetrics, TrainerMetrics
+from ..metrics import NullMetrics, TrainerMetrics, linger
 from ..ranktable import RankTableTimeout, wait_for_rank_table
-from .config import ConfigError, MsConfig
+from .config import MsConfig
 from .env import MsEnv, parse_ms_env
 from .sharding import ShardError
 
@@ -36,14 +35,6 @@ def _must_wait(env: MsEnv, mode: str) -> bool:
     if mode == "never" or not env.rank_table_file:
         return False
     return mode == "always" or env.mode == "ranktable"
-
-
-def _linger(seconds: float) -> None:
-    stopped: list[bool] = []
-    signal.signal(signal.SIGTERM, lambda *_: stopped.append(True))
-    deadline = time.monotonic() + seconds
-    while not stopped and time.monotonic() < deadline:
-        time.sleep(0.05)
 
 
 def run_mindspore(args: argparse.Namespace, environ: Mapping[str, str], fail: Callable[[str], int]) -> int:
@@ -72,6 +63,6 @@ def run_mindspore(args: argparse.Namespace, environ: Mapping[str, str], fail: Ca
     except (ConfigError, EnvError, ShardError, RankTableTimeout) as exc:
         return fail(str(exc))
     if args.metrics_linger > 0 and args.metrics_port:
-        _linger(args.metrics_linger)
+        linger(args.metrics_linger)
     metrics.close()
     return code

@@ -11,28 +11,20 @@ worse failure.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
+from ..config import ConfigError, RunConfig, TrainConfig
+
 TASKS = ("linear", "mlp")
-# flag -> (argparse dest, value that means "not used"): refused when set to anything else.
-UNSUPPORTED: dict[str, tuple[str, Any]] = {
-    "--entrypoint": ("entrypoint", None),
-    "--epochs": ("epochs", None),
-    "--optimizer": ("optimizer", "sgd"),
-    "--grad-accum": ("grad_accum", 1),
-    "--clip-grad-norm": ("clip_grad_norm", 0.0),
-    "--amp": ("amp", False),
-    "--precision": ("precision", "fp32"),
-    "--model-width": ("model_width", None),
-    "--tail": ("tail", "keep"),
-    "--shuffle": ("shuffle", None),
-    "--num-workers": ("num_workers", 0),
-    "--nonfinite": ("nonfinite", "stop"),
-    "--hang-after-step": ("hang_after_step", 0),
-    "--inject-nan-at-step": ("inject_nan_at_step", 0),
-    "--slow-rank": ("slow_rank", -1),
-}
+# The torch-only flags (TrainConfig's own fields) this loop does not reproduce: refused when set to
+# anything but their default.
+UNSUPPORTED = (
+    "--entrypoint", "--epochs", "--optimizer", "--grad-accum", "--clip-grad-norm", "--amp", "--precision",
+    "--model-width", "--tail", "--shuffle", "--num-workers", "--nonfinite", "--hang-after-step",
+    "--inject-nan-at-step", "--slow-rank",
+)
 # Per-task defaults, the torch tasks' (tasks.py): the same shapes and the same schedule.
 DEFAULTS: dict[str, dict[str, Any]] = {
     "linear": {"lr": 0.02, "steps": 500, "dataset_size": 4},
@@ -40,33 +32,24 @@ DEFAULTS: dict[str, dict[str, Any]] = {
 }
 
 
-class ConfigError(ValueError):
-    """A flag this backend cannot honour; reported as one line with exit code 2."""
+def _dest(flag: str) -> str:
+    return flag.removeprefix("--").replace("-", "_")
+
+
+def _is_set(args: argparse.Namespace, dest: str, default: Any) -> bool:
+    return bool(getattr(args, dest, default) != default)
 
 
 @dataclass(frozen=True)
-class MsConfig:
-    """The MindSpore run's settings; None means "the task's default" until ``resolve``."""
-
-    task: str = "mlp"
-    seed: int = 0
-    steps: int | None = None
-    batch_size: int | None = None
-    lr: float | None = None
-    momentum: float = 0.0
-    weight_decay: float = 0.0
-    grad_reduction: str = "mean"
-    dataset_size: int | None = None
-    checkpoint_dir: str | None = None
-    checkpoint_every: int = 0
-    resume: bool = True
-    report_dir: str | None = None
-    log_every: int = 10
+class MsConfig(RunConfig):
+    """The MindSpore run's settings: the flags both frameworks share (config.py); None means "the
+    task's default" until ``resolve``."""
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> MsConfig:
         """Take the shared flags; refuse the ones only the torch loop implements."""
-        used = [flag for flag, (dest, unused) in UNSUPPORTED.items() if getattr(args, dest, unused) != unused]
+        defaults = {f.name: f.default for f in dataclasses.fields(TrainConfig)}
+        used = [flag for flag in UNSUPPORTED if _is_set(args, _dest(flag), defaults[_dest(flag)])]
         if used:
             raise ConfigError(f"--framework mindspore does not support {', '.join(used)}; "
                               f"drop them or use --framework torch")
@@ -74,8 +57,7 @@ class MsConfig:
             raise ConfigError(f"--framework mindspore: --task must be one of {', '.join(TASKS)}, got {args.task!r}")
         if args.grad_reduction not in ("mean", "sum"):
             raise ConfigError(f"--grad-reduction must be mean or sum, got {args.grad_reduction!r}")
-        fields = {k: getattr(args, k) for k in cls.__dataclass_fields__ if hasattr(args, k)}
-        return cls(**fields)
+        return super().from_args(args)
 
     def resolve(self, world_size: int) -> Resolved:
         """Fill the task defaults; the linear task's batch depends on the world size (4 samples)."""

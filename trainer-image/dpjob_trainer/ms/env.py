@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from ..env import EnvError
+from ..env import EnvError, env_int
 
 ROLES = ("MS_WORKER", "MS_SCHED")
 
@@ -50,30 +50,20 @@ class MsEnv:
         return self.role == "MS_SCHED"
 
 
-def _int(environ: Mapping[str, str], name: str) -> int | None:
-    raw = (environ.get(name) or "").strip()
-    if not raw:
-        return None
-    try:
-        return int(raw)
-    except ValueError:
-        raise EnvError(f"{name} must be an integer, got {raw!r}") from None
-
-
 def _msrun(environ: Mapping[str, str], role: str) -> tuple[int, int | None]:
     """Check msrun's variables; return (worker number, this worker's id if known)."""
     if role not in ROLES:
         raise EnvError(f"MS_ROLE must be one of {', '.join(ROLES)}, got {role!r}")
     host = (environ.get("MS_SCHED_HOST") or "").strip()
-    port, workers = _int(environ, "MS_SCHED_PORT"), _int(environ, "MS_WORKER_NUM")
+    port, workers = env_int(environ, "MS_SCHED_PORT"), env_int(environ, "MS_WORKER_NUM")
     if not host:
         raise EnvError("MS_ROLE is set but MS_SCHED_HOST (the msrun scheduler's host) is missing; launch with msrun")
     if port is None or not 1 <= port <= 65535:
         raise EnvError(f"MS_SCHED_PORT must be a port in 1..65535, got {environ.get('MS_SCHED_PORT')!r}")
     if workers is None or workers < 1:
         raise EnvError(f"MS_WORKER_NUM must be >= 1 (the number of workers), got {environ.get('MS_WORKER_NUM')!r}")
-    node = _int(environ, "MS_NODE_ID")
-    node = node if node is not None else _int(environ, "RANK_ID")
+    node = env_int(environ, "MS_NODE_ID")
+    node = node if node is not None else env_int(environ, "RANK_ID")
     if role == "MS_WORKER" and node is not None and not 0 <= node < workers:
         raise EnvError(f"MS_NODE_ID/RANK_ID must be in [0, MS_WORKER_NUM-1] = [0, {workers - 1}], got {node}")
     return workers, node
@@ -81,7 +71,7 @@ def _msrun(environ: Mapping[str, str], role: str) -> tuple[int, int | None]:
 
 def _ranktable(environ: Mapping[str, str]) -> tuple[int, int]:
     """Check the rank-table start-up's per-process variables; return (RANK_SIZE, RANK_ID)."""
-    rank, size, device = _int(environ, "RANK_ID"), _int(environ, "RANK_SIZE"), _int(environ, "DEVICE_ID")
+    rank, size, device = env_int(environ, "RANK_ID"), env_int(environ, "RANK_SIZE"), env_int(environ, "DEVICE_ID")
     assert rank is not None
     if size is None or size < 1:
         raise EnvError("RANK_TABLE_FILE and RANK_ID are set but RANK_SIZE (the number of processes) is missing")
@@ -99,20 +89,20 @@ def parse_ms_env(environ: Mapping[str, str]) -> MsEnv:
     if role is not None:
         mode = "msrun"
         world, hint = _msrun(environ, role)
-    elif table and _int(environ, "RANK_ID") is not None:
+    elif table and env_int(environ, "RANK_ID") is not None:
         mode = "ranktable"
         world, hint = _ranktable(environ)
     else:
-        torch_world = _int(environ, "WORLD_SIZE")
+        torch_world = env_int(environ, "WORLD_SIZE")
         if torch_world is not None and torch_world > 1:
             raise EnvError(
                 f"--framework mindspore got torch's WORLD_SIZE={torch_world} but no MindSpore start-up: launch it "
                 f"with msrun (which sets MS_ROLE, MS_SCHED_HOST, MS_SCHED_PORT, MS_WORKER_NUM) or set "
                 f"RANK_TABLE_FILE, RANK_ID, RANK_SIZE and DEVICE_ID per process")
         mode, world, hint = "single", 1, None
-    local = _int(environ, "DEVICE_ID")
-    local = local if local is not None else _int(environ, "LOCAL_RANK")
-    restart = _int(environ, "DPJOB_RESTART_COUNT") or 0
+    local = env_int(environ, "DEVICE_ID")
+    local = local if local is not None else env_int(environ, "LOCAL_RANK")
+    restart = env_int(environ, "DPJOB_RESTART_COUNT") or 0
     if (local or 0) < 0 or restart < 0:
         raise EnvError("DEVICE_ID/LOCAL_RANK and DPJOB_RESTART_COUNT must be >= 0")
     return MsEnv(mode=mode, role=role, expected_world=world, rank_hint=hint, local_rank=local or 0,

@@ -22,15 +22,16 @@ import mindspore.dataset as ds
 import numpy as np
 from mindspore import nn
 
+from ..config import ConfigError
 from ..events import emit, write_report
+from ..exits import EXIT_OK, EXIT_PREEMPTED
 from ..metrics import NullMetrics
 from . import ckpt, runtime
-from .config import ConfigError, MsConfig, Resolved
+from .config import MsConfig, Resolved
 from .env import MsEnv
 from .sharding import check_shardable, steps_per_epoch
 from .tasks import MsTask, build_task
 
-EXIT_OK, EXIT_PREEMPTED = 0, 143
 ROWS_REPORTED = 16  # steps whose rows go into the report (the tests compare shards on them)
 
 
@@ -55,6 +56,16 @@ class Progress:
     train_seconds: float = 0.0
     hashes: list[str] = field(default_factory=list)
     rows: list[list[int]] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class StepResult:
+    loss: float          # mean over ranks
+    votes: float         # ranks asking to stop
+    norm: float          # gradient norm
+    rows: list[int]      # the dataset rows of this rank's batch
+    data_wait: float     # seconds waiting for the batch
+    comm: float          # seconds in collectives (all exposed)
 
 
 class MsTrainer:
@@ -121,16 +132,23 @@ class MsTrainer:
         self.metrics.set_checkpoint(step, time.time())
         self.log("checkpoint", step=step, reason=reason, seconds=round(seconds, 4), dir=self.cfg.checkpoint_dir)
 
-    def _step(self, grad_fn: Any, reducer: Any, optimizer: Any, batches: Any) -> tuple[float, float, float, list[int]]:
-        """One recipe step; returns (mean loss over ranks, stop votes, gradient norm, rows)."""
+    def _step(self, grad_fn: Any, reducer: Any, optimizer: Any, batches: Any) -> StepResult:
+        """One recipe step. PyNative runs the gradient all-reduce and the loss/vote sum in line with
+        the step, so their whole time is exposed communication (nothing overlaps them)."""
+        t0 = time.perf_counter()
         rows, x, y = next(batches)
+        t1 = time.perf_counter()
         loss, grads = grad_fn(x, y)
+        t2 = time.perf_counter()
         if reducer is not None:
             grads = reducer(grads)
+        comm = time.perf_counter() - t2
         optimizer(grads)
         norm = float(np.sqrt(sum(float(np.square(g.asnumpy()).sum()) for g in grads)))
+        t3 = time.perf_counter()
         loss_sum, votes = self.coll.sum([float(loss.asnumpy()), float(self.stop_requested)])
-        return loss_sum / self.world, votes, norm, [int(r) for r in rows.asnumpy()]
+        comm += time.perf_counter() - t3
+        return StepResult(loss_sum / self.world, votes, norm, [int(r) for r in rows.asnumpy()], t1 - t0, comm)
 
     def _loop(self, task: MsTask, res: Resolved, optimizer: Any, prog: Progress) -> int:
         def forward(x: Any, y: Any) -> Any:
@@ -144,7 +162,8 @@ class MsTrainer:
         started = time.perf_counter()
         while prog.step < res.steps:
             t0 = time.perf_counter()
-            loss, votes, norm, rows = self._step(grad_fn, reducer, optimizer, batches)
+            result = self._step(grad_fn, reducer, optimizer, batches)
+            loss, votes, rows = result.loss, result.votes, result.rows
             prog.step += 1
             prog.initial_loss = loss if prog.initial_loss is None else prog.initial_loss
             prog.final_loss, prog.samples = loss, prog.samples + res.batch_size
@@ -152,7 +171,7 @@ class MsTrainer:
             prog.hashes.append(param_sha256(params))
             if len(prog.rows) < ROWS_REPORTED:
                 prog.rows.append(rows)
-            self._observe(prog.step, loss, norm, res, prog.step // per_epoch, time.perf_counter() - t0)
+            self._observe(prog.step, result, res, prog.step // per_epoch, time.perf_counter() - t0)
             if votes > 0 and prog.step < res.steps:
                 prog.train_seconds = time.perf_counter() - started
                 self._save(optimizer, res, prog.step, "sigterm")
@@ -162,10 +181,11 @@ class MsTrainer:
         prog.train_seconds = time.perf_counter() - started
         return EXIT_OK
 
-    def _observe(self, step: int, loss: float, norm: float, res: Resolved, epoch: int, seconds: float) -> None:
+    def _observe(self, step: int, result: StepResult, res: Resolved, epoch: int, seconds: float) -> None:
+        loss, norm = result.loss, result.norm
         self.metrics.observe_step(
-            duration=seconds, samples=res.batch_size, data_wait=0.0, comm_exposed=0.0, loss=loss,
-            learning_rate=res.lr, grad_norm=norm, epoch=epoch, timestamp=time.time(), step=step,
+            duration=seconds, samples=res.batch_size, data_wait=result.data_wait, comm_exposed=result.comm,
+            loss=loss, learning_rate=res.lr, grad_norm=norm, epoch=epoch, timestamp=time.time(), step=step,
             global_samples=res.batch_size * self.world)
         if self.cfg.log_every > 0 and (step % self.cfg.log_every == 0 or step == res.steps):
             self.log("step", step=step, epoch=epoch, loss=loss, lr=res.lr, grad_norm=norm,

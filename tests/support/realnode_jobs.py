@@ -1,0 +1,67 @@
+"""Jobs of the trainer image on the real node, and what they leave behind: their shared work
+directory, their reports, their logs and their processes on this host (e2e tests)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from devcluster import stack
+from tests.support.builders import JobBuilder
+from tests.support.cluster import kubectl
+
+
+def trainer_job(name: str, args: list[str], replicas: int = 2, command: list[str] | None = None,
+                backoff_limit: int | None = None) -> dict:
+    """``replicas`` CPU ranks of the trainer image built here, on the real node, running ``args``."""
+    job = (JobBuilder(name).replicas(replicas).image(stack.trainer_image()).args(args)
+           .requests(cpu="300m", memory="512Mi"))
+    if command:
+        job.command(command)
+    if backoff_limit is not None:
+        job.run_policy(backoffLimit=backoff_limit)
+    return stack.run_on_real_node(job.obj())
+
+
+def workdir(namespace: str, name: str) -> Path:
+    return stack.SHARED_DIR / namespace / name
+
+
+def reports(namespace: str, name: str) -> list[dict]:
+    return [json.loads(p.read_text()) for p in sorted((workdir(namespace, name) / "report").glob("report-rank*.json"))]
+
+
+def log_lines(namespace: str, pod: str, since: str | None = None) -> list[dict]:
+    """The trainer container's JSON log lines (its current container), in order; other lines are
+    skipped. ``since``: only lines logged at or after this RFC 3339 time (``kubectl logs --since-time``)."""
+    out = kubectl("logs", "-n", namespace, pod, "-c", "trainer", *([f"--since-time={since}"] if since else []),
+                  check=False)
+    lines = []
+    for line in out.stdout.splitlines():
+        try:
+            lines.append(json.loads(line))
+        except json.JSONDecodeError:
+            continue
+    return [item for item in lines if isinstance(item, dict)]
+
+
+def log_events(namespace: str, pod: str, event: str) -> list[dict]:
+    return [item for item in log_lines(namespace, pod) if item.get("event") == event]
+
+
+def container_pids(namespace: str, name: str, rank: int) -> list[int]:
+    """The trainer's processes on this host, found by the environment the operator gave them."""
+    pids = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            env = dict(kv.split("=", 1) for kv in (proc / "environ").read_bytes().decode(errors="replace").split("\0")
+                       if "=" in kv)
+            cmd = (proc / "cmdline").read_bytes()
+        except OSError:
+            continue
+        if env.get("DPJOB_NAMESPACE") == namespace and env.get("DPJOB_NAME") == name and \
+                env.get("DPJOB_NODE_RANK") == str(rank) and b"dpjob_trainer" in cmd:
+            pids.append(int(proc.name))
+    return pids
