@@ -79,7 +79,7 @@ RESTART_RECOVER = Histogram("dpjob_restart_recover_seconds",
 class JobsByPhase:
     """``dpjob_jobs{phase}`` computed at scrape time from the controller's job cache."""
 
-    PHASES = ("Pending", "Created", "Running", "Restarting", "Succeeded", "Failed", "Suspended")
+    PHASES = ("Pending", "Queued", "Created", "Running", "Restarting", "Succeeded", "Failed", "Suspended")
 
     def __init__(self, phases: Callable[[], Iterable[str]]) -> None:
         self._phases = phases
@@ -115,7 +115,8 @@ class JobsUnschedulable:
         for stored in self._statuses():
             status = JobStatus.from_dict(stored)
             cond = status.condition("PodsScheduled")
-            if cond is not None and cond.status == "False" and status.phase not in ("Succeeded", "Failed", "Suspended"):
+            waiting_elsewhere = status.phase in ("Succeeded", "Failed", "Suspended", "Queued")
+            if cond is not None and cond.status == "False" and not waiting_elsewhere:
                 reason = cond.reason or "Unschedulable"
                 counts[reason] = counts.get(reason, 0) + 1
         family = GaugeMetricFamily("dpjob_jobs_unschedulable",

@@ -87,7 +87,9 @@ def test_the_workload_is_owned_by_the_job_queued_where_it_asks_and_holds_kueues_
     assert wl["apiVersion"] == "kueue.x-k8s.io/v1beta2" and wl["kind"] == "Workload"
     assert wl["metadata"] == {
         "name": k.workload_name("resnet", "uid-resnet"), "namespace": "team-a",
-        "labels": {"kueue.x-k8s.io/job-uid": "uid-resnet"},
+        # Kueue's job-uid label, and the job's own: the operator watches its Workloads by them
+        "labels": {"kueue.x-k8s.io/job-uid": "uid-resnet", "dpjob.io/job-name": "resnet",
+                   "app.kubernetes.io/managed-by": "dpjob-operator"},
         "finalizers": ["kueue.x-k8s.io/resource-in-use"],
         "ownerReferences": [{"apiVersion": "dpjob.io/v1alpha1", "kind": "DataParallelJob", "name": "resnet",
                              "uid": "uid-resnet", "controller": True, "blockOwnerDeletion": True}]}

@@ -116,6 +116,19 @@ def parse_flavor(obj: Mapping[str, Any]) -> Flavor:
                   tolerations=tuple(dict(t) for t in spec.get("tolerations") or [] if isinstance(t, Mapping)))
 
 
+@dataclass(frozen=True)
+class Placement:
+    """What the rank pods get once admitted (reconcile/kueue_admission.py): nodeSelector entries and
+    tolerations ANDed into theirs, labels and annotations added; ``count`` the pods admitted (replicas:
+    the podSet has no minCount). builders/pods.py writes it into every rank pod."""
+
+    node_selector: Mapping[str, str] = field(default_factory=dict)
+    tolerations: tuple[Mapping[str, Any], ...] = ()
+    labels: Mapping[str, str] = field(default_factory=dict)
+    annotations: Mapping[str, str] = field(default_factory=dict)
+    count: int | None = None
+
+
 # ---- a Workload's state, as the job framework reads it ---------------------------------------
 
 

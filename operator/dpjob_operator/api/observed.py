@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from dpjob_operator.api import constants as c
+from dpjob_operator.api.kueue import Flavor, WorkloadState
 from dpjob_operator.api.restart_counter import COUNTER_CONTAINER, previous_exit
 
 DISRUPTION_REASONS = frozenset({"Evicted", "Preempting", "Preempted", "Shutdown", "NodeShutdown", "Terminated",
@@ -57,6 +58,12 @@ class PodObservation:
     @property
     def active(self) -> bool:
         return not self.deleting and self.phase in ("Pending", "Running", "Unknown")
+
+    @property
+    def holds_resources(self) -> bool:
+        """Not yet Succeeded or Failed, deleting or not: its node may still hold its resources (Kueue's
+        quota stays held until no pod of the job does)."""
+        return self.phase in ("Pending", "Running", "Unknown")
 
     @property
     def gang_generation(self) -> int:
@@ -213,3 +220,16 @@ class RankTableOutcome:
     # (reason, message) of the last failed write of these files (the API server's words, or the
     # name of the object holding the ConfigMap's name), or None: a table not stored is not ready.
     write_error: tuple[str, str] | None = None
+
+
+@dataclass(frozen=True)
+class KueueObservation:
+    """Kueue queues this job (the operator's integration is on and the job names a LocalQueue, or
+    its Workload still exists): the Workload as the watch last saw it (controller/kueue.py)."""
+
+    workload_name: str
+    # As served (resourceVersion, conditions: the patches are made from it); None: not made yet, or gone.
+    workload: Mapping[str, Any] | None = None
+    state: WorkloadState | None = None     # ``workload``, typed (api/kueue.parse_workload)
+    # The ResourceFlavors its admission names, as read; one missing here was not found.
+    flavors: Mapping[str, Flavor] = field(default_factory=dict)

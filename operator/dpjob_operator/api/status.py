@@ -143,6 +143,17 @@ class Gang(StatusObject):
 
 
 @dataclass(frozen=True)
+class Kueue(StatusObject):
+    """The job's Kueue Workload, while Kueue queues the job (reconcile/kueue_gate.py)."""
+
+    workload: str | None = None         # its name, in the job's namespace
+    queue: str | None = None            # the LocalQueue (the job's kueue.x-k8s.io/queue-name label)
+    cluster_queue: str | None = None    # the ClusterQueue that admitted it; absent while not admitted
+    flavors: tuple[str, ...] | None = None  # the ResourceFlavors of its admission
+    evictions: int | None = None        # times Kueue evicted the running job (preemption, ...)
+
+
+@dataclass(frozen=True)
 class JobStatus(StatusObject):
     phase: str | None = None
     reason: str | None = None
@@ -172,6 +183,7 @@ class JobStatus(StatusObject):
     goodput: Goodput | None = None
     rank_table: RankTable | None = None
     gang: Gang | None = None
+    kueue: Kueue | None = None
     conditions: tuple[Condition, ...] | None = None
 
     @property

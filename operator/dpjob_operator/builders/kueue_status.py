@@ -14,6 +14,10 @@ WorkloadRequestUseMergePatch, is the same idea: ``clientutil.PatchStatus`` with 
   ``SyncAdmittedCondition``);
 * ``finish_patch``: ``Finished=True`` with Succeeded, Failed or FailedToStart (``workload.Finish``);
 * ``pods_ready_patch``: the ``PodsReady`` condition Kueue's waitForPodsReady times (``generatePodsReadyCondition``);
+* ``activation_patch``: ``spec.active`` false while the job is suspended (Kueue then evicts it and the
+  quota goes back: a suspended job holds none), true again on resume; the annotation
+  ``dpjob.io/deactivated-for-suspend`` says the operator deactivated it, so a Workload Kueue itself
+  deactivated (its maximum execution time, its requeuing limit) is never activated again by a resume;
 * ``finalizer_patch``: drop ``kueue.x-k8s.io/resource-in-use`` (``workload.RemoveFinalizer``), once the
   job is finished or deleted and its pods are gone: until then the quota stays held.
 """
@@ -159,3 +163,19 @@ def finalizer_patch(workload: Mapping[str, Any]) -> dict[str, Any] | None:
         return None
     return {"metadata": {"resourceVersion": meta.get("resourceVersion"),
                          "finalizers": [name for name in finalizers if name != k.FINALIZER]}}
+
+
+ANNOTATION_DEACTIVATED = "dpjob.io/deactivated-for-suspend"
+
+
+def activation_patch(workload: Mapping[str, Any], suspended: bool) -> dict[str, Any] | None:
+    """A merge patch of the Workload (not its status) that deactivates it for a suspended job, or
+    activates it again once the job is resumed, if the operator deactivated it; None: nothing to do."""
+    meta = workload.get("metadata") or {}
+    active = (workload.get("spec") or {}).get("active") is not False
+    ours = ANNOTATION_DEACTIVATED in (meta.get("annotations") or {})
+    if suspended == (not active) or (not suspended and not ours):
+        return None
+    return {"metadata": {"resourceVersion": meta.get("resourceVersion"),
+                         "annotations": {ANNOTATION_DEACTIVATED: "true" if suspended else None}},
+            "spec": {"active": not suspended}}

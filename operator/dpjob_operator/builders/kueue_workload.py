@@ -4,7 +4,8 @@ Kueue v0.17 builds no controller for an external framework, so the operator crea
 itself, as ``jobframework.ConstructWorkload`` + ``prepareWorkload`` do for a built-in job:
 
 * the name Kueue would give it (``api/kueue.workload_name``), in the job's namespace, owned by the
-  job (a controller reference: Kueue finds a Workload's job through it), labelled with the job's uid,
+  job (a controller reference: Kueue finds a Workload's job through it), labelled with the job's uid
+  (Kueue's label) and the job's own labels (the operator watches its Workloads by them),
   with Kueue's ``resource-in-use`` finalizer (the quota stays held until the operator drops it, once
   the job's pods are gone) and the job's ``provreq.kueue.x-k8s.io/`` annotations;
 * ``spec.queueName`` from the job's ``kueue.x-k8s.io/queue-name`` label, ``spec.priority`` and
@@ -29,6 +30,7 @@ from typing import Any
 
 from dpjob_operator.api import constants as c
 from dpjob_operator.api import kueue as k
+from dpjob_operator.api.labels import job_labels
 from dpjob_operator.api.pools import PoolConfig
 from dpjob_operator.api.spec import Job
 from dpjob_operator.builders.pods import build_rank_pod
@@ -73,8 +75,10 @@ def _max_exec_time_seconds(labels: Mapping[str, str]) -> int | None:
 
 def _metadata(job: Job, short_names: bool) -> dict[str, Any]:
     meta: dict[str, Any] = {"name": k.workload_name(job.name, job.uid, short_names), "namespace": job.namespace}
+    # The job's labels too: the operator's Workload watch selects them (controller/kueue_watch.py).
+    meta["labels"] = job_labels(job)
     if len(job.uid) <= 63 and _LABEL_VALUE.match(job.uid):  # Kueue leaves the label off otherwise
-        meta["labels"] = {k.LABEL_JOB_UID: job.uid}
+        meta["labels"][k.LABEL_JOB_UID] = job.uid
     provreq = {key: value for key, value in sorted(job.annotations.items())
                if key.startswith(k.PROVREQ_ANNOTATION_PREFIX)}
     if provreq:

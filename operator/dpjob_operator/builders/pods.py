@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from dpjob_operator.api import constants as c
+from dpjob_operator.api.kueue import Placement
 from dpjob_operator.api.labels import generation_match_labels, job_labels, rank_labels
 from dpjob_operator.api.names import (
     mindx_configmap_name,
@@ -99,6 +100,23 @@ def _avoid_nodes(pod_spec: dict[str, Any], nodes: tuple[str, ...]) -> None:
         term.setdefault("matchExpressions", []).append(dict(expression))
 
 
+def rank_node_selector(job: Job, pool: PoolConfig) -> dict[str, str]:
+    """What every rank pod selects: the pool's node labels under the template's own nodeSelector."""
+    return {**dict(pool.node_selector), **((job.spec.template.get("spec") or {}).get("nodeSelector") or {})}
+
+
+def _admit(pod: dict[str, Any], admission: Placement) -> None:
+    """Kueue's admission (reconcile/kueue_admission.py): its ResourceFlavors' node labels and tolerations
+    ANDed into the pod's, its labels and annotations added (a conflicting key was refused before)."""
+    spec, meta = pod["spec"], pod["metadata"]
+    if admission.node_selector:
+        spec["nodeSelector"] = {**(spec.get("nodeSelector") or {}), **admission.node_selector}
+    if admission.tolerations:
+        spec["tolerations"] = _merge_tolerations(spec.get("tolerations") or [], admission.tolerations)
+    meta["labels"] = {**admission.labels, **meta["labels"]}  # the rank's own labels identify it: they win
+    meta["annotations"] = {**admission.annotations, **meta["annotations"]}
+
+
 def _place(pod_spec: dict[str, Any], job: Job, index: int, restart: int, pool: PoolConfig,
            pod_group: str | None) -> None:
     """Where the pod runs: its stable DNS name, its gang, its topology domain and its node pool."""
@@ -110,7 +128,7 @@ def _place(pod_spec: dict[str, Any], job: Job, index: int, restart: int, pool: P
         pod_spec["schedulingGroup"] = {"podGroupName": pod_group}
     if job.spec.topology_key:
         _add_same_domain_affinity(pod_spec, job, restart, job.spec.topology_key)
-    pod_spec["nodeSelector"] = {**dict(pool.node_selector), **(pod_spec.get("nodeSelector") or {})}
+    pod_spec["nodeSelector"] = rank_node_selector(job, pool)
     if not pod_spec["nodeSelector"]:
         del pod_spec["nodeSelector"]
     tolerations = _merge_tolerations(pod_spec.get("tolerations") or [], pool.tolerations)
@@ -171,10 +189,12 @@ def _inject(container: dict[str, Any], job: Job, pool: PoolConfig, env: list[tup
 
 def build_rank_pod(job: Job, index: int, restart: int, pool: PoolConfig,
                    cluster_domain: str = "cluster.local", pod_group: str | None = None,
-                   avoid_nodes: tuple[str, ...] = (), in_place: bool = False) -> dict[str, Any]:
+                   avoid_nodes: tuple[str, ...] = (), in_place: bool = False,
+                   admission: Placement | None = None) -> dict[str, Any]:
     """Rank pod ``index`` of gang generation ``restart``; in PodGroup ``pod_group`` when gang-scheduled;
     never on ``avoid_nodes`` (the nodes a failed rank left bad: reconcile/placement.py); restarted in
-    place on a retriable exit when ``in_place`` (builders/restart_rules.py)."""
+    place on a retriable exit when ``in_place`` (builders/restart_rules.py); placed where Kueue admitted
+    it (``admission``: reconcile/kueue_gate.py)."""
     spec = job.spec
     template = copy.deepcopy(dict(spec.template))
     tmeta = template.get("metadata") or {}
@@ -199,10 +219,13 @@ def build_rank_pod(job: Job, index: int, restart: int, pool: PoolConfig,
     # Nothing of ours in a rank pod talks to the API server: no token unless the template asks for one.
     pod_spec.setdefault("automountServiceAccountToken", False)
 
-    return {
+    pod = {
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": {"name": rank_pod_name(job.name, index), "namespace": job.namespace, "labels": labels,
                      "annotations": annotations, "ownerReferences": [job.owner_reference]},
         "spec": pod_spec,
     }
+    if admission is not None:
+        _admit(pod, admission)
+    return pod

@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from dpjob_operator.api.kueue import Placement
 from dpjob_operator.api.status import JobStatus
 
 
@@ -20,6 +21,7 @@ class CreatePods:
     pod_group: str | None = None   # the gang's PodGroup, when gang-scheduled
     avoid_nodes: tuple[str, ...] = ()  # nodes this generation must not use (reconcile/placement.py)
     in_place: bool = False  # with restart rules: a retriable exit restarts the pod in place (builders/restart_rules.py)
+    admission: Placement | None = None  # where Kueue admitted the job (reconcile/kueue_gate.py)
 
 
 @dataclass(frozen=True)
@@ -69,8 +71,32 @@ class ReleaseGang:
     """No PodGroup or Workload of the job remains (terminal or suspended: nothing to schedule)."""
 
 
+@dataclass(frozen=True)
+class EnsureKueueWorkload:
+    """The job's Kueue Workload exists (builders/kueue_workload.py, with the priority of its class)."""
+
+
+@dataclass(frozen=True)
+class PatchKueueWorkload:
+    """A JSON merge patch of the job's Kueue Workload (``status``: of its status subresource), made
+    from the Workload as observed and carrying its resourceVersion: a 409 waits for the next pass."""
+
+    name: str
+    patch: Mapping[str, Any]
+    status: bool
+    why: str
+
+
+@dataclass(frozen=True)
+class DeleteKueueWorkload:
+    """Delete the job's Kueue Workload (it no longer describes the job; a new one is made next)."""
+
+    name: str
+    why: str
+
+
 Action = (CreatePods | DeletePods | EnsureService | EnsureNetworkPolicy | EnsureEnvironment | ApplyRankTable
-          | DeleteJob | EnsureGang | ReleaseGang)
+          | DeleteJob | EnsureGang | ReleaseGang | EnsureKueueWorkload | PatchKueueWorkload | DeleteKueueWorkload)
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,7 @@ from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
+from dpjob_operator.api.kueue import Placement
 from dpjob_operator.api.observed import GangObservation, NodeView, PodObservation
 from dpjob_operator.api.spec import Job
 from dpjob_operator.api.status import JobStatus, wire_status
@@ -38,6 +39,7 @@ class PassContext:
         self.gang = gang
         self.nodes = nodes  # what is known of the nodes of stuck pods and failed ranks
         self.wake_after: float | None = None
+        self.admission: Placement | None = None  # where Kueue admitted the job: on every pod created
 
     @property
     def generation(self) -> int:

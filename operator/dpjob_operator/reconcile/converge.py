@@ -40,7 +40,7 @@ def converge(ctx: PassContext, current: Sequence[PodObservation], all_pods: Sequ
     ensure_gang(ctx, group)
     if missing:
         ctx.actions.append(CreatePods(missing, ctx.pod_generation, group, avoided_nodes(ctx.status, ctx.pod_generation),
-                                      in_place=runs_in_place(ctx)))
+                                      in_place=runs_in_place(ctx), admission=ctx.admission))
     extra = [p.name for p in current if p.index >= spec.replicas and not p.deleting]
     if extra:  # elastic scale-down: the highest ranks leave, torchrun re-forms the group
         ctx.actions.append(DeletePods(tuple(extra), r.SCALED_DOWN))

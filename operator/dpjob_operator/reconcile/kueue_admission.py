@@ -17,24 +17,13 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from dpjob_operator.api import kueue as k
+from dpjob_operator.api.kueue import Placement
 
 _DNS_LABEL = re.compile(r"^(?=.{1,63}$)[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
-
-
-@dataclass(frozen=True)
-class Placement:
-    """What the rank pods get once admitted: nodeSelector entries and tolerations ANDed into theirs,
-    labels and annotations added; ``count`` the pods admitted (replicas: the podSet has no minCount)."""
-
-    node_selector: Mapping[str, str] = field(default_factory=dict)
-    tolerations: tuple[Mapping[str, Any], ...] = ()
-    labels: Mapping[str, str] = field(default_factory=dict)
-    annotations: Mapping[str, str] = field(default_factory=dict)
-    count: int | None = None
 
 
 @dataclass(frozen=True)

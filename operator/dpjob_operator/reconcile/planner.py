@@ -19,7 +19,13 @@ from datetime import datetime
 from typing import Any
 
 from dpjob_operator.api.labels import pod_selector
-from dpjob_operator.api.observed import GangObservation, NodeView, PodObservation, RankTableOutcome
+from dpjob_operator.api.observed import (
+    GangObservation,
+    KueueObservation,
+    NodeView,
+    PodObservation,
+    RankTableOutcome,
+)
 from dpjob_operator.api.pools import PoolConfig
 from dpjob_operator.api.progress import ProgressView
 from dpjob_operator.api.spec import Job
@@ -34,6 +40,8 @@ from dpjob_operator.reconcile.deadline import deadline_due, deadline_exceeded
 from dpjob_operator.reconcile.failure import fail_job, handle_failures
 from dpjob_operator.reconcile.goodput import account_goodput
 from dpjob_operator.reconcile.inplace import account_in_place, decide_strategy, fall_back_to_recreate
+from dpjob_operator.reconcile.kueue_gate import gate_on_kueue
+from dpjob_operator.reconcile.kueue_sync import sync_workload
 from dpjob_operator.reconcile.pool import pool_missing
 from dpjob_operator.reconcile.progress import apply_progress
 from dpjob_operator.reconcile.refusals import recover_fixed_spec
@@ -47,13 +55,15 @@ from dpjob_operator.reconcile.waiting import report_waiting
 def plan_job(job: Job, status: Mapping[str, Any], pods: Sequence[PodObservation], now: datetime,
              pool: PoolConfig | None, rank_table: RankTableOutcome | None = None,
              gang: GangObservation | None = None, progress: ProgressView | None = None,
-             nodes: NodeView | None = None, in_place_served: bool = False) -> Plan:
+             nodes: NodeView | None = None, in_place_served: bool = False,
+             kueue: KueueObservation | None = None) -> Plan:
     """Decide what to do for ``job`` now. See the module docstring for the invariants.
 
     ``gang`` is None when the ranks are scheduled one by one (the cluster has no gang API, the
     operator or the job disabled it). ``progress``: what rank 0 last reported (None: not read).
     ``nodes``: the health of the nodes of pods stuck Terminating (None: not looked at).
     ``in_place_served``: the cluster keeps restart rules and the operator allows them (reconcile/inplace.py).
+    ``kueue``: the job's Kueue Workload, when Kueue queues the job (reconcile/kueue_gate.py).
     """
     fixed = recover_fixed_spec(status)
     ctx = PassContext(job, status if fixed is None else fixed, now, gang, nodes)
@@ -66,7 +76,7 @@ def plan_job(job: Job, status: Mapping[str, Any], pods: Sequence[PodObservation]
     phase = ctx.status.phase
     if phase in r.TERMINAL:
         finish(ctx, current, str(phase))
-    elif pool_missing(ctx, pool) or apply_suspend(ctx, current):
+    elif pool_missing(ctx, pool) or apply_suspend(ctx, current) or gate_on_kueue(ctx, current, ours, pool, kueue):
         pass
     elif (late := _start(ctx)) is not None:
         fail_job(ctx, current, r.DEADLINE_EXCEEDED, late)
@@ -76,6 +86,7 @@ def plan_job(job: Job, status: Mapping[str, Any], pods: Sequence[PodObservation]
     else:
         converge(ctx, current, pods, rank_table, foreign)
     report_stuck(ctx, ours, nodes)
+    sync_workload(ctx, ours, current, kueue)
     if phase not in r.TERMINAL:
         settle_stall(ctx)
         report_waiting(ctx, current)

@@ -12,6 +12,7 @@ CREATED = "Created"
 RUNNING = "Running"
 RESTARTING = "Restarting"
 SUSPENDED = "Suspended"
+QUEUED = "Queued"       # Kueue has not admitted the job (yet, or again after an eviction): no rank pod
 SUCCEEDED = "Succeeded"
 FAILED = "Failed"
 TERMINAL = (SUCCEEDED, FAILED)
@@ -23,6 +24,7 @@ RANK_TABLE_READY = "RankTableReady"
 STALLED = "Stalled"   # also the reason of a stall (no step for runPolicy.stallTimeoutSeconds)
 WAITING = "Waiting"   # why the job is not running (reconcile/waiting.py)
 STUCK_TERMINATING = "StuckTerminating"  # a rank pod past its deletion deadline (reconcile/stuck.py)
+ADMITTED = "Admitted"  # Kueue admitted the job's Workload (reconcile/kueue_gate.py); also its reason when True
 
 # Reasons
 ACCEPTED = "Accepted"
@@ -68,3 +70,14 @@ STARTUP_TIMEOUT = "StartupTimeout"   # no first step within runPolicy.startupTim
 PROGRESSING = "Progressing"          # Stalled=False: steps are reported again
 IN_PLACE_UNAVAILABLE = "InPlaceUnavailable"      # restartStrategy InPlace asked for, Recreate runs (why in the event)
 NOT_RESTARTED_IN_PLACE = "NotRestartedInPlace"   # a rank did not follow its gang's in-place restart: recreated
+# Kueue (reconcile/kueue_gate.py): the phase Queued's reasons, the Admitted condition's own, and the Events.
+# While not admitted, Admitted=False carries Kueue's reason (Pending, Inadmissible, AdmissionChecksPending,
+# or the eviction's: Preempted, PodsReadyTimeout, ...) and its message.
+EVICTED = "Evicted"                        # phase Queued after an eviction; the Warning event
+WORKLOAD_CHANGED = "WorkloadChanged"       # the job changed what its Workload asks: a new Workload, queued anew
+WORKLOAD_DELETED = "WorkloadDeleted"       # someone deleted the Workload: the gang stops, a new one is queued
+FAILED_TO_START = "FailedToStart"          # Kueue's admission cannot be applied to the rank pods: Failed
+WORKLOAD_FINISHED = "WorkloadFinished"     # the Workload was marked Finished while the job ran: Failed
+RESOURCE_FLAVOR_NOT_FOUND = "ResourceFlavorNotFound"  # an admitted ResourceFlavor cannot be read
+PRIORITY_CLASS_NOT_FOUND = "PriorityClassNotFound"    # the job's (Workload)PriorityClass does not exist
+KUEUE_WORKLOAD_NAME_CONFLICT = "KueueWorkloadNameConflict"  # a Workload of the job's name, not ours

@@ -1,4 +1,5 @@
-"""Suspend policy (Kueue's contract): no pods while suspended; the clock restarts on resume."""
+"""Suspend policy: no pods while suspended; the clock restarts on resume. A job Kueue queues also
+deactivates its Workload meanwhile, so that it holds no quota (reconcile/kueue_sync.py)."""
 
 from __future__ import annotations
 

@@ -3,12 +3,13 @@
 ``kubectl get dpj`` shows a phase; when it is not Running the user's next question is "why?",
 and the answer is spread over pods (the kubelet's waiting reasons: an image that cannot be
 pulled, a missing ConfigMap or Secret), the scheduler (PodsScheduled), the gang, a suspension
-(by the user or Kueue) and the stall watchdog. ``Waiting`` gathers them, most actionable first:
+(by the user), Kueue's queue and the stall watchdog. ``Waiting`` gathers them, most actionable first:
 
 ======================  =============================================================
 reason                  when
 ======================  =============================================================
-Suspended               ``runPolicy.suspend`` (the user or Kueue)
+Suspended               ``runPolicy.suspend``
+Queued                  Kueue has not admitted the job (yet, or again: reconcile/kueue_gate.py)
 Stalled                 the stall watchdog fired (Stalled=True)
 ImagePullError          a rank's image cannot be pulled (ErrImagePull, ImagePullBackOff, ...)
 ContainerConfigError    a rank's container cannot be created (missing ConfigMap/Secret key, ...)
@@ -47,6 +48,8 @@ def _why(ctx: PassContext, live: Sequence[PodObservation]) -> tuple[str, str]:
     running = sum(1 for p in live if p.phase == "Running")
     if ctx.status.phase == r.SUSPENDED:
         return r.SUSPENDED, "the job is suspended (runPolicy.suspend): no rank runs until it is resumed"
+    if ctx.status.phase == r.QUEUED:
+        return r.QUEUED, f"queued in Kueue: {ctx.status.message}"
     stalled = ctx.status.condition(r.STALLED)
     if stalled is not None and stalled.status == "True":
         return r.STALLED, stalled.message or "no step reported within stallTimeoutSeconds"
