@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -64,6 +64,12 @@ class OperatorConfig:
     # network_policy_metrics_from (NetworkPolicy peers: Prometheus, the operator) on the metrics ports.
     network_policy: str = "enabled"
     network_policy_metrics_from: tuple[Mapping[str, Any], ...] = ()
+    # auto: a job labelled kueue.x-k8s.io/queue-name waits for Kueue to admit its Workload when the API
+    # server serves kueue.x-k8s.io/v1beta2 workloads (Kueue v0.17 with DataParallelJob among its
+    # externalFrameworks: docs/kueue.md); disabled: the label is ignored.
+    kueue: str = "auto"
+    # Kueue runs with its ShortWorkloadNames feature gate: Workload names of at most 63 characters.
+    kueue_short_workload_names: bool = False
     leader_election: LeaderElectionConfig = field(default_factory=LeaderElectionConfig)
 
 
@@ -89,9 +95,14 @@ def _read_file(path: str) -> Mapping[str, Any]:
     return parsed or {}
 
 
+def _flag(value: Any) -> bool:
+    """A boolean from JSON, YAML or the environment ("true", "1", "yes", "on"; anything else: false)."""
+    return value if isinstance(value, bool) else str(value).strip().lower() in ("1", "true", "yes", "on")
+
+
 # The scalar knobs: (config file key, environment override, field, type). Pools, namespaces and
 # leader election have shapes of their own and are read below.
-SCALARS: tuple[tuple[str, str, str, type], ...] = (  # sizes: table
+SCALARS: tuple[tuple[str, str, str, Callable[[Any], Any]], ...] = (  # sizes: table
     ("apiQPS", "DPJOB_API_QPS", "api_qps", float),
     ("apiBurst", "DPJOB_API_BURST", "api_burst", int),
     ("createConcurrency", "DPJOB_CREATE_CONCURRENCY", "create_concurrency", int),
@@ -111,6 +122,8 @@ SCALARS: tuple[tuple[str, str, str, type], ...] = (  # sizes: table
     ("restartInPlace", "DPJOB_RESTART_IN_PLACE", "restart_in_place", str),
     ("stuckTerminatingSeconds", "DPJOB_STUCK_TERMINATING_SECONDS", "stuck_terminating_seconds", float),
     ("networkPolicy", "DPJOB_NETWORK_POLICY", "network_policy", str),
+    ("kueue", "DPJOB_KUEUE", "kueue", str),
+    ("kueueShortWorkloadNames", "DPJOB_KUEUE_SHORT_WORKLOAD_NAMES", "kueue_short_workload_names", _flag),
 )
 
 
@@ -153,5 +166,7 @@ def _validate(cfg: OperatorConfig) -> None:
         raise ValueError(f"restartInPlace must be one of {', '.join(GANG_MODES)}, got {cfg.restart_in_place!r}")
     if cfg.network_policy not in SWITCH_MODES:
         raise ValueError(f"networkPolicy must be one of {', '.join(SWITCH_MODES)}, got {cfg.network_policy!r}")
+    if cfg.kueue not in GANG_MODES:
+        raise ValueError(f"kueue must be one of {', '.join(GANG_MODES)}, got {cfg.kueue!r}")
     if cfg.gang_scheduling not in GANG_MODES:
         raise ValueError(f"gangScheduling must be one of {', '.join(GANG_MODES)}, got {cfg.gang_scheduling!r}")

@@ -25,6 +25,7 @@ from dpjob_operator.controller.blocking import Blocking, together
 from dpjob_operator.controller.child_failures import (
     ChildConflict,
     EnvironmentWriteFailed,
+    PriorityClassNotFound,
     RankTableWriteFailed,
     WaitingForPrevious,
 )
@@ -32,6 +33,7 @@ from dpjob_operator.controller.children import create_or_claim, read_and_claim
 from dpjob_operator.controller.clock import SYSTEM_CLOCK, Clock
 from dpjob_operator.controller.expectations import Expectations
 from dpjob_operator.controller.gangs import Gangs
+from dpjob_operator.controller.kueue import KueueWorkloads
 from dpjob_operator.controller.network_policies import NetworkPolicies
 from dpjob_operator.controller.podwriter import PodWriter
 from dpjob_operator.controller.reported import ReportedFailure, ReportedOnce
@@ -42,11 +44,14 @@ from dpjob_operator.reconcile.actions import (
     ApplyRankTable,
     CreatePods,
     DeleteJob,
+    DeleteKueueWorkload,
     DeletePods,
     EnsureEnvironment,
     EnsureGang,
+    EnsureKueueWorkload,
     EnsureNetworkPolicy,
     EnsureService,
+    PatchKueueWorkload,
     Plan,
     ReleaseGang,
 )
@@ -67,12 +72,12 @@ class PassFacts:
 Handler = Callable[[Job, Any, PassFacts], Awaitable[None]]
 # Actions that depend on no other: a plan's leading run of them is sent at once. The pods come
 # after (they name the PodGroup and mount the rank table), each in plan order.
-INDEPENDENT = (EnsureService, EnsureNetworkPolicy, EnsureEnvironment, ApplyRankTable, EnsureGang)
+INDEPENDENT = (EnsureService, EnsureNetworkPolicy, EnsureEnvironment, ApplyRankTable, EnsureGang, EnsureKueueWorkload)
 
 
 class Executor:
     def __init__(self, cfg: OperatorConfig, kube: KubeClient, blocking: Blocking, gangs: Gangs,
-                 timings: Timings, clock: Clock = SYSTEM_CLOCK) -> None:
+                 timings: Timings, clock: Clock = SYSTEM_CLOCK, kueue: KueueWorkloads | None = None) -> None:
         self.cfg = cfg
         self.kube = kube
         self.blocking = blocking
@@ -90,6 +95,7 @@ class Executor:
         self.pods = PodWriter(cfg, kube, blocking, timings, self.reported, self.expectations)
         self._table_errors: dict[str, tuple[str, str]] = {}       # uid -> (reason, why) the last write failed
         self.policies = NetworkPolicies(cfg, kube, blocking, clock.monotonic)
+        self.kueue = kueue or KueueWorkloads(cfg, kube, blocking)  # the default: off
         self.handlers: Mapping[type, Handler] = {
             EnsureService: self._ensure_service,
             EnsureNetworkPolicy: lambda job, _action, _facts: self.policies.ensure(
@@ -101,6 +107,9 @@ class Executor:
             CreatePods: self._create_pods,
             DeletePods: self._delete_pods,
             DeleteJob: self._delete_job,
+            EnsureKueueWorkload: self._ensure_kueue_workload,
+            PatchKueueWorkload: lambda job, action, _facts: self.kueue.patch(job, action),
+            DeleteKueueWorkload: lambda job, action, _facts: self.kueue.delete(job, action),
         }
 
     async def execute(self, job: Job, plan: Plan, pods: Sequence[PodObservation] = (),
@@ -145,6 +154,7 @@ class Executor:
         for memo in [k for k in self._tables if k[0] == uid]:
             del self._tables[memo]
         self.gangs.forget(uid)
+        self.kueue.forget(uid)
 
     # ---- one handler per action ------------------------------------------------------------
 
@@ -247,6 +257,14 @@ class Executor:
 
     async def _ensure_gang(self, job: Job, action: EnsureGang, _facts: PassFacts) -> None:
         await self.gangs.ensure(job, action, functools.partial(self._check_claim, job))
+
+    async def _ensure_kueue_workload(self, job: Job, _action: EnsureKueueWorkload, _facts: PassFacts) -> None:
+        try:
+            pool = self.cfg.pools[job.spec.accelerator]
+            await self.kueue.ensure(job, pool, functools.partial(self._check_claim, job))
+        except PriorityClassNotFound as failure:
+            failure.report = self.reported.first_time(job.uid, str(failure))  # told once, retried with backoff
+            raise
 
     async def _release_gang(self, job: Job, _action: ReleaseGang, _facts: PassFacts) -> None:
         await self.gangs.release(job)

@@ -4,7 +4,9 @@ The rank pods come from the watch-fed cache (no API call); the rank table is com
 (pure); only the gang may cost a read, and only while the scheduler still has to judge it.
 Whether to look again soon is part of the observation: the scheduler's first verdict lands on a
 PodGroup, which we do not watch. Progress is what rank 0 last reported to the progress reader
-(controller/progress.py), which reads it only while the job is Running.
+(controller/progress.py), which reads it only while the job is Running. The job's Kueue Workload
+comes from a watch too (controller/kueue.py); only the ResourceFlavors of an admission cost a read,
+once in a while.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from dpjob_operator.api.observed import GangObservation, NodeView, PodObservation, RankTableOutcome
+from dpjob_operator.api.observed import GangObservation, KueueObservation, NodeView, PodObservation, RankTableOutcome
 from dpjob_operator.api.progress import ProgressView
 from dpjob_operator.api.spec import Job, JobSpec
 from dpjob_operator.api.timestamps import parse_iso
@@ -25,6 +27,7 @@ from dpjob_operator.builders.ranktable import RankTableError
 from dpjob_operator.config import OperatorConfig
 from dpjob_operator.controller.blocking import Blocking
 from dpjob_operator.controller.gangs import Gangs
+from dpjob_operator.controller.kueue import KueueWorkloads
 from dpjob_operator.controller.progress import ProgressReader, Target
 from dpjob_operator.k8s.client import KubeClient
 from dpjob_operator.k8s.namespaces import namespace_terminating
@@ -41,6 +44,7 @@ class Observation:
     nodes: NodeView | None = None         # the nodes of rank pods stuck Terminating (usually none)
     # The namespace is being deleted (read only when a running gang lost a rank): no pass then.
     namespace_terminating: bool = False
+    kueue: KueueObservation | None = None  # None: Kueue does not queue this job
 
 
 def rank_table_outcome(job: Job, gen: int, pods: Sequence[PodObservation]) -> RankTableOutcome | None:
@@ -120,9 +124,10 @@ def lost_a_rank(job: Job, gen: int, pods: Sequence[PodObservation], phase: str |
 
 class Observer:
     def __init__(self, pods: PodCache, gangs: Gangs, progress: ProgressReader, kube: KubeClient,
-                 blocking: Blocking, cfg: OperatorConfig) -> None:
+                 blocking: Blocking, cfg: OperatorConfig, kueue: KueueWorkloads) -> None:
         self.pods = pods
         self.gangs = gangs
+        self.kueue = kueue
         self.progress = progress
         self.kube, self.blocking, self.cfg = kube, blocking, cfg
         self.rank_tables = RankTableMemo()
@@ -149,6 +154,5 @@ class Observer:
         outcome = self.rank_tables.outcome(job, gen, pods)
         progress = self.progress.watch(job.uid, progress_target(job, gen, phase, pods))
         nodes = await self._nodes(job, gen, pods, phase)
-        if not self.gangs.enabled_for(job):
-            return Observation(pods, outcome, None, progress=progress, nodes=nodes)
-        return Observation(pods, outcome, self.gangs.observe(job, gen, pods), progress=progress, nodes=nodes)
+        gang = self.gangs.observe(job, gen, pods) if self.gangs.enabled_for(job) else None
+        return Observation(pods, outcome, gang, progress=progress, nodes=nodes, kueue=await self.kueue.observe(job))

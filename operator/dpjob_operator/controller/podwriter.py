@@ -40,7 +40,7 @@ class PodWriter:
         pool = self.cfg.pools[job.spec.accelerator]
         awaited = self.expectations.awaited_creations(job.uid, action.restart)
         pods = [build_rank_pod(job, i, action.restart, pool, self.cfg.cluster_domain, action.pod_group,
-                               action.avoid_nodes, action.in_place) for i in action.indexes]
+                               action.avoid_nodes, action.in_place, action.admission) for i in action.indexes]
         pods = [pod for pod in pods if pod["metadata"]["name"] not in awaited]
         self.timings.gang_started(job.uid, action.restart)
         results = await self.blocking.bounded([functools.partial(self.kube.create_pod, pod) for pod in pods])

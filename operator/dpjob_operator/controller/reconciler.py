@@ -1,13 +1,14 @@
 """The controller: job events and pod changes in, one reconcile pass per queued job key out.
 
-kopf feeds job events in (``job_event``), the pod cache pod changes and the PodGroup watch the
-scheduler's verdicts (``pod_changed``); all only enqueue the job's key (``workqueue``:
-deduplicated, one worker per key). A worker takes a key and runs one pass: observe (``observer``),
-plan (pure, ``reconcile.planner``), write the status (one patch per pass, only on change), record
-the events right after it (an Event never says what the status does not; ``recorder`` sends them
-behind the pass), then execute the actions (``executor``; a new job's first write goes with its
-first children, ``reconcile.first_pass``). Decisions about jobs the planner cannot see (invalid
-spec, refused pods) come from ``reconcile.refusals``; this module writes them.
+kopf feeds job events in (``job_event``), the pod cache pod changes, the PodGroup watch the
+scheduler's verdicts and the Kueue Workload watch Kueue's (``pod_changed``); all only enqueue the
+job's key (``workqueue``: deduplicated, one worker per key). A worker takes a key and runs one pass:
+observe (``observer``), plan (pure, ``reconcile.planner``), write the status (one patch per pass,
+only on change), record the events right after it (an Event never says what the status does not;
+``recorder`` sends them behind the pass), then execute the actions (``executor``; a new job's first
+write goes with its first children, ``reconcile.first_pass``). Decisions about jobs the planner
+cannot see (invalid spec, refused pods) come from ``reconcile.refusals``; this module (and
+``spec_errors``) writes them.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from dpjob_operator import metrics
 from dpjob_operator.api.event_order import FORGET_JOB, FORGET_UID, STORE, on_job_event
 from dpjob_operator.api.merge_patch import status_patch
 from dpjob_operator.api.observed import PodObservation
-from dpjob_operator.api.spec import Job, SpecError, parse_job
+from dpjob_operator.api.spec import Job
 from dpjob_operator.api.status import JobStatus
 from dpjob_operator.config import OperatorConfig
 from dpjob_operator.controller.blocking import Blocking
@@ -33,10 +34,13 @@ from dpjob_operator.controller.executor import Executor
 from dpjob_operator.controller.gang_verdicts import GangVerdicts
 from dpjob_operator.controller.gangs import Gangs
 from dpjob_operator.controller.inplace_support import detect_restart_in_place
+from dpjob_operator.controller.kueue import KueueWorkloads
+from dpjob_operator.controller.kueue_watch import KueueWatch
 from dpjob_operator.controller.observer import Observer
 from dpjob_operator.controller.progress import ProgressReader
 from dpjob_operator.controller.recorder import EventRecorder
 from dpjob_operator.controller.reported import ReportedFailure
+from dpjob_operator.controller.spec_errors import SpecErrors
 from dpjob_operator.controller.sweeper import JobSweeper
 from dpjob_operator.controller.timings import Timings
 from dpjob_operator.controller.workqueue import WorkQueue
@@ -46,7 +50,7 @@ from dpjob_operator.k8s.podcache import PodCache
 from dpjob_operator.reconcile.actions import Plan
 from dpjob_operator.reconcile.first_pass import writes_alongside
 from dpjob_operator.reconcile.planner import look_again_in, plan_job
-from dpjob_operator.reconcile.refusals import create_refused_status, invalid_spec_status
+from dpjob_operator.reconcile.refusals import create_refused_status
 
 log = logging.getLogger("dpjob.controller")
 JobKey = tuple[str, str]
@@ -70,13 +74,16 @@ class Controller:
         # A verdict joins the pods' batch: a Scheduled one comes with every rank's binding anyway.
         verdicts = GangVerdicts(kube, functools.partial(self.pod_changed, urgent=False), cfg.namespaces)
         self.gangs = Gangs(kube, self.blocking, memo_seconds=10 * cfg.resync_seconds, verdicts=verdicts)
+        # Kueue's verdict on a Workload wakes its job at once (an admission is what a queued job waits for).
+        workloads = KueueWatch(kube, functools.partial(self.pod_changed, urgent=True), cfg.namespaces)
+        self.kueue = KueueWorkloads(cfg, kube, self.blocking, workloads)
         self.timings = Timings()
         self.progress = ProgressReader(self.enqueue)  # called on the loop: a new step enqueues the job
-        self.observer = Observer(self.pods, self.gangs, self.progress, kube, self.blocking, cfg)
-        self.executor = Executor(cfg, kube, self.blocking, self.gangs, self.timings)
+        self.observer = Observer(self.pods, self.gangs, self.progress, kube, self.blocking, cfg, self.kueue)
+        self.executor = Executor(cfg, kube, self.blocking, self.gangs, self.timings, kueue=self.kueue)
         self.recorder = EventRecorder(kube, self.blocking)
         self.in_place_served = False  # restart in place (reconcile/inplace.py): found out in start()
-        self._spec_errors: dict[JobKey, str] = {}  # the InvalidSpec message last reported
+        self.spec_errors = SpecErrors(self._write_status, self.recorder)  # InvalidSpec, reported once
         self.sweeper = JobSweeper(kube, self.blocking, self.jobs, self._forget, cfg.namespaces)
         self._workers: list[asyncio.Task[None]] = []
         self._fenced = False
@@ -111,7 +118,7 @@ class Controller:
 
     def _forget(self, key: JobKey, uid: str) -> None:
         """Drop every per-job memo of a deleted job, so a long-lived operator does not grow."""
-        self._spec_errors.pop(key, None)
+        self.spec_errors.forget(key)
         self.queue.forget(key)
         self._forget_uid(uid)
 
@@ -128,9 +135,11 @@ class Controller:
         """Warm up: gang-scheduling discovery, a synced pod cache and PodGroup watch. Writes nothing,
         so a standby replica does this too and is ready to work the moment it leads (``start_workers``)."""
         await self.gangs.detect(self.cfg.gang_scheduling)
+        await self.kueue.detect()
         self.in_place_served = await detect_restart_in_place(self.cfg, self.kube, self.blocking)
         self.pods.start()
-        for what, wait in (("rank-pod cache", self.pods.wait_synced), ("PodGroup watch", self.gangs.wait_synced)):
+        for what, wait in (("rank-pod cache", self.pods.wait_synced), ("PodGroup watch", self.gangs.wait_synced),
+                           ("Kueue Workload watch", self.kueue.wait_synced)):
             if not await asyncio.to_thread(wait, 120):
                 raise RuntimeError(f"the {what} did not sync within 120s; is the API server reachable?")
 
@@ -176,12 +185,13 @@ class Controller:
             log.warning("API calls still running %.0fs after stop; not waiting for them", drain_seconds)
         self.pods.stop()
         self.gangs.stop()
+        self.kueue.stop()
         for collector in self._collectors:  # a stopped controller reports no jobs (and can be replaced)
             metrics.REGISTRY.unregister(collector)
 
     def stuck(self) -> str | None:
         """Why the controller cannot make progress any more (liveness), or None."""
-        return self.pods.stuck() or self.gangs.stuck() or self.queue.stuck(PASS_LIMIT)
+        return self.pods.stuck() or self.gangs.stuck() or self.kueue.stuck() or self.queue.stuck(PASS_LIMIT)
 
     async def _worker(self) -> None:
         while True:
@@ -222,15 +232,10 @@ class Controller:
     async def reconcile(self, key: JobKey) -> float | None:
         """One pass over the job; returns when to look again unprompted (None: not until an event)."""
         body = self.jobs.get(key)
-        if body is None:
-            return None
-        try:
-            job = parse_job(body)
-        except SpecError as e:
-            await self._report_spec_error(key, body, str(e))
-            return None
-        self._spec_errors.pop(key, None)  # valid (again): a later mistake is reported anew
-        if job.deleting:  # its pods go with it
+        job = await self.spec_errors.parse(key, body)
+        # A deleted job's Kueue Workload (this job's, or a namesake's) is released once its pods are gone.
+        await self.kueue.release_orphans(*key, self.pods.pods_for(*key), job.uid if job and not job.deleting else None)
+        if body is None or job is None or job.deleting:  # a deleting job's pods go with it
             return None
         status = dict(body.get("status") or {})
         now = datetime.now(UTC)
@@ -240,7 +245,7 @@ class Controller:
         if (table := seen.rank_table) is not None:
             table = dataclasses.replace(table, write_error=self.executor.rank_table_write_error(job.uid))
         plan = plan_job(job, status, seen.pods, now, self.cfg.pools.get(job.spec.accelerator), table,
-                        seen.gang, seen.progress, seen.nodes, self.in_place_served)
+                        seen.gang, seen.progress, seen.nodes, self.in_place_served, seen.kueue)
         announce = functools.partial(self._announce, key, body, plan, plan.status != status)
         first = writes_alongside(status)  # a new job's: sent with its Service, rank table and Workload
         if not first:
@@ -271,15 +276,6 @@ class Controller:
                 await self._write_status(key, current, refused.status)
                 self.recorder.record(body, refused.events)
             raise
-
-    async def _report_spec_error(self, key: JobKey, body: dict[str, Any], message: str) -> None:
-        if self._spec_errors.get(key) == message:
-            return
-        self._spec_errors[key] = message
-        generation = int((body.get("metadata") or {}).get("generation") or 0)
-        failed = invalid_spec_status(body.get("status") or {}, message, datetime.now(UTC), generation)
-        await self._write_status(key, body, failed.status)
-        self.recorder.record(body, failed.events)
 
     async def _write_status(self, key: JobKey, body: dict[str, Any], status: dict[str, Any]) -> None:
         """Write the pass's status with optimistic concurrency: the plan came from ``body``'s view,

@@ -195,6 +195,33 @@ class KubeClient:
                 return False
             raise
 
+    def patch_object(self, group: str, version: str, plural: str, namespace: str, name: str,
+                     patch: Mapping[str, Any], status: bool = False) -> None:
+        """A JSON merge patch (RFC 7386) of the object, or of its status subresource; a resourceVersion in
+        the patch's metadata makes it conditional (409 when the object changed since)."""
+        fn = self.custom.patch_namespaced_custom_object_status if status else self.custom.patch_namespaced_custom_object
+        self._call("PATCH", fn, group, version, namespace, plural, name, patch,
+                   _content_type="application/merge-patch+json", _preload_content=False)
+
+    # ---- cluster-scoped objects (Kueue's ResourceFlavors, priority classes) ---------------
+
+    def get_cluster_object(self, group: str, version: str, plural: str, name: str) -> dict[str, Any] | None:
+        try:
+            resp = self._call("GET", self.custom.get_cluster_custom_object, group, version, plural, name,
+                              _preload_content=False)
+        except ApiException as e:
+            if e.status == 404:
+                return None
+            raise
+        found: dict[str, Any] = json.loads(resp.data)
+        return found
+
+    def list_cluster_objects(self, group: str, version: str, plural: str) -> list[dict[str, Any]]:
+        resp = self._call("GET", self.custom.list_cluster_custom_object, group, version, plural,
+                          _preload_content=False)
+        items: list[dict[str, Any]] = json.loads(resp.data).get("items") or []
+        return items
+
     # ---- the job --------------------------------------------------------------------------
 
     def patch_job_status(self, namespace: str, name: str, status: Mapping[str, Any],

@@ -11,6 +11,8 @@ import json
 from collections.abc import Callable, Iterator
 from typing import Any, NamedTuple
 
+from kubernetes.client.exceptions import ApiException
+
 from dpjob_operator.k8s.client import KubeClient
 
 
@@ -69,3 +71,15 @@ def watch_raw(kube: KubeClient, resource: Resource, label_selector: str, resourc
                     yield json.loads(line)
     finally:
         resp.release_conn()
+
+
+def may_list(kube: KubeClient, resource: Resource, label_selector: str, namespace: str | None = None) -> bool:
+    """Whether this client may list ``resource`` there: one GET of one item; False on 403 (RBAC)."""
+    try:
+        kube.call("GET", _lister(kube, resource, namespace), label_selector=label_selector, limit=1,
+                  _preload_content=False)
+    except ApiException as e:
+        if e.status == 403:
+            return False
+        raise
+    return True
