@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.helm import by_kind, helm_binary, render, template
+from tests.unit.test_chart_kueue import KUEUE_CLUSTER_RULES, KUEUE_RULES
 
 pytestmark = pytest.mark.unit
 needs_helm = pytest.mark.skipif(
@@ -118,12 +119,15 @@ def test_default_pools_equal_operator_defaults(tmp_path: Path):
 @needs_helm
 def test_watch_namespaces_render_roles_not_clusterroles():
     objs = render(values={"watchNamespaces": ["team-a", "team-b"]})
-    # Cluster-scoped: only the metrics gate's (TokenReview and SubjectAccessReview are cluster-wide);
-    # with metrics.auth=none a namespaced install needs no cluster-scoped RBAC at all.
-    assert [r["metadata"]["name"] for r in by_kind(objs, "ClusterRole")] == ["dpjob-dpjob-operator-metrics-reader"]
+    # Cluster-scoped: only the metrics gate's (TokenReview and SubjectAccessReview are cluster-wide) and
+    # the Kueue integration's reads (ResourceFlavors, priority classes: tests/unit/test_chart_kueue.py);
+    # with metrics.auth=none and Kueue off a namespaced install needs no cluster-scoped RBAC at all.
+    assert sorted(r["metadata"]["name"] for r in by_kind(objs, "ClusterRole")) == [
+        "dpjob-dpjob-operator-kueue", "dpjob-dpjob-operator-metrics-reader"]
     assert {b["roleRef"]["name"] for b in by_kind(objs, "ClusterRoleBinding")} == {
-        "system:auth-delegator", "dpjob-dpjob-operator-metrics-reader"}
-    opened = render(values={"watchNamespaces": ["team-a"], "metrics": {"auth": "none"}})
+        "system:auth-delegator", "dpjob-dpjob-operator-metrics-reader", "dpjob-dpjob-operator-kueue"}
+    opened = render(values={"watchNamespaces": ["team-a"], "metrics": {"auth": "none"},
+                            "kueue": {"integration": "disabled"}})
     assert not by_kind(opened, "ClusterRoleBinding")
     roles = [r for r in by_kind(objs, "Role") if not r["metadata"]["name"].endswith("-leader-election")]
     bindings = [b for b in by_kind(objs, "RoleBinding") if not b["metadata"]["name"].endswith("-leader-election")]
@@ -152,10 +156,10 @@ def test_rbac_rules_are_least_privilege():
     gang = {("scheduling.k8s.io", r, v)
             for r in ("workloads", "podgroups") for v in ("create", "get", "list", "delete")}
     gang.add(("scheduling.k8s.io", "podgroups", "watch"))  # the scheduler's verdicts (controller/gang_verdicts.py)
-    assert granted == expected | gang
+    assert granted == expected | gang | KUEUE_RULES | KUEUE_CLUSTER_RULES
     assert not any("*" in rule[k] for rule in role["rules"] for k in ("apiGroups", "resources", "verbs"))
-    (role,) = [r for r in by_kind(render(set_=["gangScheduling=disabled"]), "ClusterRole")
-               if r["metadata"]["name"] == "dpjob-dpjob-operator"]
+    (role,) = [r for r in by_kind(render(set_=["gangScheduling=disabled", "kueue.integration=disabled"]),
+                                  "ClusterRole") if r["metadata"]["name"] == "dpjob-dpjob-operator"]
     assert {(g, r, v) for rule in role["rules"] for g in rule["apiGroups"] for r in rule["resources"]
             for v in rule["verbs"]} == expected
     (cm,) = [c for c in by_kind(render(set_=["gangScheduling=disabled"]), "ConfigMap") if "config.json" in c["data"]]

@@ -110,6 +110,34 @@ and kopf use). Shared by the ClusterRole and the per-namespace Roles.
   resources: [podgroups]
   verbs: [create, get, list, watch, delete]
 {{- end }}
+{{- if ne .Values.kueue.integration "disabled" }}
+# Kueue's job framework for DataParallelJob: the operator creates each queued job's Workload, watches
+# it for Kueue's verdicts, writes its status (Finished, PodsReady, the requeue after an eviction) and
+# drops its finalizer once the job's pods are gone; replaced when the job changes what it asks.
+- apiGroups: [kueue.x-k8s.io]
+  resources: [workloads]
+  verbs: [create, get, list, watch, update, patch, delete]
+- apiGroups: [kueue.x-k8s.io]
+  resources: [workloads/status]
+  verbs: [get, update, patch]
+- apiGroups: [kueue.x-k8s.io]
+  resources: [workloads/finalizers]
+  verbs: [update]
+{{- end }}
+{{- end }}
+
+{{/* The cluster-scoped reads of the Kueue integration: an admission's ResourceFlavors and the classes
+that give a Workload its priority. In the cluster-wide ClusterRole, or a ClusterRole of their own for
+a namespaced install (a Role cannot grant them). */}}
+{{- define "dpjob-operator.kueueClusterRules" -}}
+# Kueue's cluster-scoped objects, read only: an admission's ResourceFlavors (node labels, tolerations)
+# and the classes that give a new Workload its priority.
+- apiGroups: [kueue.x-k8s.io]
+  resources: [resourceflavors, workloadpriorityclasses]
+  verbs: [get, list, watch]
+- apiGroups: [scheduling.k8s.io]
+  resources: [priorityclasses]
+  verbs: [get, list, watch]
 {{- end }}
 
 {{/* Who may reach a rank pod's metrics ports: the operator's own pods (status.progress reads rank 0)
@@ -162,6 +190,8 @@ and networkPolicy.metricsFrom (Prometheus). NetworkPolicy peers, as a YAML list.
   "restartInPlace" .Values.restartInPlace
   "stuckTerminatingSeconds" .Values.stuckTerminatingSeconds
   "networkPolicy" (ternary "enabled" "disabled" .Values.networkPolicy.enabled)
+  "kueue" .Values.kueue.integration
+  "kueueShortWorkloadNames" .Values.kueue.shortWorkloadNames
   "networkPolicyMetricsFrom" (include "dpjob-operator.metricsFrom" . | fromYamlArray)
   "leaderElection" (dict "enabled" .Values.leaderElection.enabled "leaseName" (include "dpjob-operator.leaseName" .)) }}
 {{- toPrettyJson $cfg }}
