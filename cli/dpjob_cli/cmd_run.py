@@ -7,6 +7,7 @@ dpjob does not know.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +31,17 @@ def parse_env(_ctx: click.Context, _param: click.Parameter, values: tuple[str, .
             raise click.BadParameter(f"expected KEY=VALUE, got {item!r}")
         pairs.append((key, value))
     return tuple(pairs)
+
+
+_LABEL_VALUE = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")
+
+
+def label_value(_ctx: click.Context, _param: click.Parameter, value: str | None) -> str | None:
+    """A Kueue name the job carries as a label value: at most 63 letters, digits, '-', '_', '.'."""
+    if value is not None and not _LABEL_VALUE.match(value):
+        raise click.BadParameter(f"{value!r} is not a valid name (at most 63 letters, digits, '-', '_' or '.', "
+                                 "starting and ending with a letter or digit)")
+    return value
 
 
 def report_phase(job: dict[str, Any]) -> None:
@@ -91,6 +103,10 @@ def follow_to_end(handle: JobHandle, follow: bool, timeout: float | None) -> int
 @click.option("--memory", metavar="QTY", help="Memory request per rank pod, e.g. 1Gi.")
 @click.option("--backoff-limit", type=click.IntRange(0), default=0, show_default=True,
               help="Gang restarts allowed after a failure (0: the first failure fails the job).")
+@click.option("--queue", metavar="NAME", callback=label_value,
+              help="Kueue LocalQueue: the job waits until Kueue admits it (label kueue.x-k8s.io/queue-name).")
+@click.option("--priority", metavar="CLASS", callback=label_value,
+              help="Kueue WorkloadPriorityClass (label kueue.x-k8s.io/priority-class); needs --queue.")
 @click.option("-f", "--follow", is_flag=True, help="Stream every rank's log; exit with the job's result.")
 @click.option("--wait", "wait_", is_flag=True, help="Wait without logs; exit with the job's result.")
 @click.option("--timeout", type=click.FloatRange(min=0, min_open=True), metavar="SECONDS",
@@ -109,6 +125,8 @@ def run(session: Session, /, script: str, args: tuple[str, ...], directory: Path
     With one process per pod the script runs as `python SCRIPT ARGS` (RANK, WORLD_SIZE and MASTER_*
     come from the operator); with --procs N > 1 as `torchrun SCRIPT ARGS`.
     """
+    if flags.get("priority") and not flags.get("queue"):
+        raise click.UsageError("--priority needs --queue: Kueue gives a priority only to a job it queues")
     # Local input first: a missing or oversized script is reported even without a cluster.
     namespace = session.namespace_offline()
     opts = RunOptions(script=script, args=args, namespace=namespace, **flags)

@@ -15,6 +15,7 @@ from typing import Any
 
 from dpjob_cli.pack import Packed
 from dpjob_operator.api import constants as c
+from dpjob_operator.api import kueue
 
 SOURCE_MOUNT = "/dpjob/src"  # where the packed files appear in every rank container (read-only)
 SOURCE_VOLUME = "dpjob-src"
@@ -47,6 +48,8 @@ class RunOptions:
     memory: str | None = None
     backoff_limit: int = 0
     in_image: bool = False
+    queue: str | None = None     # a Kueue LocalQueue: the job waits until Kueue admits it
+    priority: str | None = None  # a Kueue WorkloadPriorityClass
 
     @property
     def effective_image(self) -> str:
@@ -126,11 +129,15 @@ def build_job(opts: RunOptions, name: str, packed: Packed | None) -> dict[str, A
         items = [{"key": key, "path": path} for key, path in packed.items]
         pod_spec["volumes"] = [{"name": SOURCE_VOLUME,
                                 "configMap": {"name": source_configmap_name(name), "items": items}}]
+    labels = {"app.kubernetes.io/created-by": CREATED_BY}
+    if opts.queue:
+        labels[kueue.LABEL_QUEUE_NAME] = opts.queue
+    if opts.priority:
+        labels[kueue.LABEL_PRIORITY_CLASS] = opts.priority
     return {
         "apiVersion": c.API_VERSION,
         "kind": c.KIND,
-        "metadata": {"name": name, "namespace": opts.namespace,
-                     "labels": {"app.kubernetes.io/created-by": CREATED_BY},
+        "metadata": {"name": name, "namespace": opts.namespace, "labels": labels,
                      "annotations": {ANNOTATION_SCRIPT: opts.script}},
         "spec": {
             "replicas": opts.replicas,

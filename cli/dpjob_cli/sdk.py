@@ -116,7 +116,8 @@ class Client:
         """Pack ``script`` (or ``directory`` around it), create the job, return its handle at once.
 
         ``options``: replicas, procs, accelerator, framework, image, name, env (dict), cpu, memory,
-        backoff_limit, in_image (the fields of ``manifest.RunOptions``).
+        backoff_limit, in_image, queue and priority (Kueue's LocalQueue and WorkloadPriorityClass):
+        the fields of ``manifest.RunOptions``.
         """
         env = tuple((options.pop("env") or {}).items()) if "env" in options else ()
         opts = RunOptions(script=script, args=tuple(args), namespace=self.namespace, env=env, **options)

@@ -86,6 +86,8 @@ def status_view(job: dict[str, Any], pods: list[dict[str, Any]]) -> dict[str, An
     }
     if status.get("progress"):
         view["progress"] = status["progress"]
+    if status.get("kueue"):
+        view["kueue"] = status["kueue"]
     return view
 
 
@@ -110,6 +112,7 @@ def list_row(job: dict[str, Any], now: datetime | None = None) -> dict[str, Any]
             "accelerator": spec.get("accelerator", "cpu"), "restarts": status.get("restarts", 0),
             "progress": progress.get("summary"), "eta": progress.get("remaining"),
             "age": age(meta.get("creationTimestamp"), now), "reason": status.get("reason"),
+            "queue": (status.get("kueue") or {}).get("queue"),
             "loss": progress.get("loss"), "samplesPerSecond": progress.get("samplesPerSecond")}
 
 
@@ -117,7 +120,7 @@ def list_row(job: dict[str, Any], now: datetime | None = None) -> dict[str, Any]
 COLUMNS = [("name", "name"), ("phase", "phase"), ("ready", "ready"), ("world", "world"),
            ("accelerator", "accelerator"), ("restarts", "restarts"), ("progress", "progress"), ("eta", "eta"),
            ("age", "age")]
-WIDE = [("reason", "reason"), ("loss", "loss"), ("samplesPerSecond", "samples/s")]
+WIDE = [("reason", "reason"), ("queue", "queue"), ("loss", "loss"), ("samplesPerSecond", "samples/s")]
 
 
 def progress_text(progress: dict[str, Any]) -> str:
@@ -145,7 +148,21 @@ def summary_lines(view: dict[str, Any]) -> list[str]:
              f"restarts {view['restarts']} (charged {view['failureRestarts']}{limit})"]
     if view.get("reason") or view.get("message"):
         lines.append(f"  {view.get('reason') or ''}: {view.get('message') or ''}".rstrip(": "))
+    if view.get("kueue"):
+        lines.append("  kueue: " + kueue_text(view["kueue"]))
     return lines
+
+
+def kueue_text(kueue: dict[str, Any]) -> str:
+    """'LocalQueue team-a, ClusterQueue cq (ResourceFlavors a100), Workload w, evicted 1 time(s)'."""
+    parts = [f"LocalQueue {kueue.get('queue') or '-'}"]
+    if kueue.get("clusterQueue"):
+        flavors = ", ".join(kueue.get("flavors") or []) or "-"
+        parts.append(f"ClusterQueue {kueue['clusterQueue']} (ResourceFlavors {flavors})")
+    parts.append(f"Workload {kueue.get('workload') or '-'}")
+    if kueue.get("evictions"):
+        parts.append(f"evicted {kueue['evictions']} time(s)")
+    return ", ".join(parts)
 
 
 def condition_and_rank_tables(view: dict[str, Any], wide: bool = False) -> list[str]:

@@ -63,7 +63,7 @@ def test_the_kueue_value_is_what_the_operator_reads(values, mode, short, tmp_pat
 def test_a_cluster_wide_install_grants_the_kueue_rules_in_its_cluster_role_and_drops_them_when_disabled():
     name = "dpjob-dpjob-operator"
     (role,) = [r for r in by_kind(render(), "ClusterRole") if r["metadata"]["name"] == name]
-    assert KUEUE_RULES | KUEUE_CLUSTER_RULES <= granted(role)
+    assert granted(role) >= KUEUE_RULES | KUEUE_CLUSTER_RULES
     assert not any(r["metadata"]["name"] == f"{name}-kueue" for r in by_kind(render(), "ClusterRole"))
     (off,) = [r for r in by_kind(render(set_=["kueue.integration=disabled"]), "ClusterRole")
               if r["metadata"]["name"] == name]
@@ -75,7 +75,7 @@ def test_a_cluster_wide_install_grants_the_kueue_rules_in_its_cluster_role_and_d
 def test_a_namespaced_install_grants_workloads_per_namespace_and_the_cluster_reads_apart():
     objs = render(values={"watchNamespaces": ["team-a", "team-b"]})
     roles = [r for r in by_kind(objs, "Role") if not r["metadata"]["name"].endswith("-leader-election")]
-    assert len(roles) == 2 and all(KUEUE_RULES <= granted(r) for r in roles)
+    assert len(roles) == 2 and all(granted(r) >= KUEUE_RULES for r in roles)
     assert not any(KUEUE_CLUSTER_RULES & granted(r) for r in roles)   # a Role cannot grant them
     (reads,) = [r for r in by_kind(objs, "ClusterRole") if r["metadata"]["name"] == "dpjob-dpjob-operator-kueue"]
     assert granted(reads) == KUEUE_CLUSTER_RULES

@@ -178,4 +178,4 @@ def test_list_row_has_kubectl_get_dpj_columns():
     row = list_row(FAILED, datetime(2026, 11, 23, 10, 5, tzinfo=UTC))
     assert row == {"namespace": "ns", "name": "train", "phase": "Failed", "ready": "0/2", "world": 2,
                    "accelerator": "cpu", "restarts": 0, "progress": None, "eta": None, "age": "5m",
-                   "reason": "BackoffLimitExceeded", "loss": None, "samplesPerSecond": None}
+                   "reason": "BackoffLimitExceeded", "queue": None, "loss": None, "samplesPerSecond": None}
