@@ -325,3 +325,18 @@ def test_why_the_workload_cannot_be_made_stays_in_the_status_while_the_operator_
     p = plan(job, status)
     assert p.actions == [EnsureKueueWorkload()]
     assert (condition(p, "Admitted")["reason"], p.status["message"]) == (reason, "why") and p.events == []
+
+
+def test_a_resumed_job_whose_workload_kueue_reactivated_is_queued_not_evicted():
+    job = queued_job()
+    suspended = {"phase": "Suspended", "reason": "Suspended", "restarts": 0, "kueue": {"workload": "w", "queue": "q"},
+                 "conditions": [{"type": "Suspended", "status": "True", "reason": "Suspended", "message": "",
+                                 "lastTransitionTime": EARLIER}]}
+    reactivated = workload(job, PENDING, cond("Evicted", True, "Deactivated", "The workload is deactivated"),
+                           cond("Requeued", True, "Reactivated", "The workload was reactivated"))
+    p = plan(job, suspended, body=reactivated)
+    assert (p.status["phase"], p.status["reason"]) == ("Queued", "Queued")
+    assert "evictions" not in p.status["kueue"]
+    assert [(e.type, e.reason) for e in p.events] == [("Normal", "Resumed"), ("Normal", "Queued")]
+    again = plan(job, p.status, body=reactivated)
+    assert again.events == [] and again.status["reason"] == "Queued"

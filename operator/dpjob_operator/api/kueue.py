@@ -53,6 +53,9 @@ EVICTED_BY_CLUSTER_QUEUE_STOPPED = "ClusterQueueStopped"
 EVICTED_BY_LOCAL_QUEUE_STOPPED = "LocalQueueStopped"
 EVICTED_BY_NODE_FAILURES = "NodeFailures"
 EVICTED_BY_DEACTIVATION = "Deactivated"
+#: The Requeued reason of a deactivated Workload made active again (its Evicted condition stays True,
+#: reason Deactivated, until Kueue reserves quota for it again).
+REQUEUED_BY_REACTIVATION = "Reactivated"
 #: Evictions after which the job framework marks the Workload Requeued=True (reconciler.go, step 6).
 REQUEUED_EVICTIONS = frozenset({EVICTED_BY_PREEMPTION, EVICTED_BY_NODE_FAILURES})
 

@@ -2,8 +2,9 @@
 
 ``reconciler.Controller`` joins the pieces, one concern per module: ``workqueue`` (keys, timers,
 backoff), ``observer`` (what a pass sees), ``executor`` (plan actions -> API calls), ``gangs``
-(Workload and PodGroups), ``blocking`` (the client's blocking calls off the loop) and
-``timings`` (job-level metrics). The decisions themselves are pure, in ``reconcile/``.
+(Workload and PodGroups), ``kueue`` and ``kueue_watch`` (Kueue's Workloads), ``blocking`` (the
+client's blocking calls off the loop) and ``timings`` (job-level metrics). The decisions themselves
+are pure, in ``reconcile/``.
 """
 
 from dpjob_operator.controller.reconciler import Controller

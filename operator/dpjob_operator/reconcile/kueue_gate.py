@@ -87,13 +87,21 @@ def _obey(ctx: PassContext, current: Sequence[PodObservation], kueue: KueueObser
             _queue(ctx, current, r.RESOURCE_FLAVOR_NOT_FOUND, message)
         return True
     if isinstance(decision, Wait):
-        _queue(ctx, current, decision.reason, decision.message, evicted=state.evicted is not None)
+        _queue(ctx, current, decision.reason, decision.message, evicted=_evicted(state))
         return True
     if isinstance(decision, Run):
         _admitted(ctx, state, decision)
         return False
     _stop(ctx, current, decision)
     return True
+
+
+def _evicted(state: k.WorkloadState) -> bool:
+    """Evicted, and not since made active again: a Workload deactivated for a suspension (or by Kueue)
+    and then reactivated keeps Evicted=True until readmitted, but is just queued again."""
+    requeued = state.requeued
+    reactivated = requeued is not None and requeued.status and requeued.reason == k.REQUEUED_BY_REACTIVATION
+    return state.evicted is not None and not reactivated
 
 
 def _record(ctx: PassContext, kueue: KueueObservation, state: k.WorkloadState | None, queue: str | None) -> None:
