@@ -2,7 +2,7 @@
 # Build (or reuse) the OCI images the dev cluster's real node runs, without a Docker daemon.
 #
 #   images.sh [NAME...]     NAME: base pause coredns operator trainer trainer-mindspore prometheus
-#                                 prometheus-config-reloader prometheus-operator
+#                                 prometheus-config-reloader prometheus-operator kueue
 #                                 (default: pause coredns operator trainer)
 #
 # trainer-mindspore (trainer-image/Dockerfile.mindspore: the MindSpore CPU wheel, no torch; a
@@ -238,14 +238,21 @@ image_prometheus-operator() { image_from_tool prometheus-operator prometheus-ope
 
 image_coredns() { image_from_tool coredns coredns; }
 
+image_kueue() {  # Kueue's controller at /manager, where its own image keeps it (devcluster/build-kueue.sh)
+  local tool version
+  tool=$(bash "$ROOT/devcluster/build-kueue.sh" | tail -1)
+  version=$(basename "$tool"); version=${version#kueue-}
+  build_binary_image kueue "$version" "$tool/manager" /manager
+}
+
 names=("$@")
 [ ${#names[@]} -gt 0 ] || names=(pause coredns operator trainer)
 for n in "${names[@]}"; do
   case $n in
     base) ensure_base ;;
-    pause|coredns|operator|trainer|trainer-mindspore|prometheus|prometheus-config-reloader|prometheus-operator)
+    pause|coredns|operator|trainer|trainer-mindspore|prometheus|prometheus-config-reloader|prometheus-operator|kueue)
       "image_$n" ;;
     *) die "unknown image '$n' (known: base pause coredns operator trainer trainer-mindspore prometheus" \
-         "prometheus-config-reloader prometheus-operator)" ;;
+         "prometheus-config-reloader prometheus-operator kueue)" ;;
   esac
 done

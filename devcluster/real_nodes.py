@@ -15,7 +15,7 @@ from devcluster import publish, realnode, registry
 from devcluster.kube import kubectl
 from devcluster.pki import cert_kubeconfig, issue_cert
 from devcluster.processes import log, port_open, start, wait_for
-from devcluster.state import NODES, REPO, RUN
+from devcluster.state import LOGS, NODES, REPO, RUN
 
 
 def start_registry(bin_dir: Path) -> None:
@@ -88,9 +88,20 @@ def start_real_node(bin_dir: Path, node: realnode.RealNode, adv: str, pause_imag
     realnode.wipe(node)  # whatever a killed run left: containers, mounts, the bridge
     kubeconfig = write_node_config(node, adv, pause_image)
     component = f"containerd-{node.index}"
+    containerd_log = LOGS / f"{component}.log"
+    log_offset = containerd_log.stat().st_size if containerd_log.exists() else 0
     start(component, [realnode.CONTAINERD, "--config", str(node.state / "containerd" / "config.toml")])
-    wait_for(f"containerd of {node.name}", lambda: realnode.ctr(node, "version", check=False,
-                                                                timeout=5).returncode == 0, 30, component)
+
+    def cri_ready() -> bool:
+        """containerd answers, and its CRI plugin has finished initialising: the kubelet exits at
+        once on "server is not initialized yet", which containerd answers until it has recovered
+        its state and started the streaming server, its last step (it logs that line then)."""
+        with open(containerd_log, "rb") as f:
+            f.seek(log_offset)
+            initialised = b"Start streaming server" in f.read()
+        return initialised and realnode.ctr(node, "version", check=False, timeout=5).returncode == 0
+
+    wait_for(f"containerd of {node.name} (its CRI initialised)", cri_ready, 30, component)
     labels = ",".join(f"{k}={v}" for k, v in realnode.labels(node).items())
     realnode.ensure_cgroup_root(node)
     component = f"kubelet-{node.index}"

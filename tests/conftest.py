@@ -10,6 +10,8 @@ import contextlib
 import os
 import subprocess
 import sys
+import threading
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,6 +19,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
+from devcluster import processes
 from tests.support.mindspore import require_mindspore
 from tests.support.paths import DEVCLUSTER, KUBECONFIG, REPO
 from tests.support.waits import wait_until
@@ -31,10 +34,72 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     items.sort(key=lambda item: item.get_closest_marker("chaos") is not None)
 
 
+# Control-plane processes that exit by design on an internal error: kube-scheduler ends itself when
+# its cache is corrupted ("Scheduler cache is corrupted", seen with the alpha gang-scheduling path
+# under a pod-watch relist). A real cluster's kubelet restarts them; during a test session, so does
+# the reviver below, within a second, whether the exit happens between tests or in the middle of one.
+REVIVED = ("kube-scheduler", "kube-controller-manager")
+REVIVE_PERIOD = 1.0
+
+
+class _Reviver:
+    """A daemon thread that starts REVIVED components again when they have exited, and remembers
+    each time it did so for the session's summary. It runs from the moment the session's cluster is
+    ready (never while ``up`` is still clearing an earlier cluster's processes)."""
+
+    def __init__(self) -> None:
+        self.revived: list[str] = []
+        self._stop = threading.Event()
+        self._lock = threading.Lock()  # the thread and a test's setup never start the same one twice
+        self._thread = threading.Thread(target=self._run, name="control-plane-reviver", daemon=True)
+
+    def start(self) -> None:
+        if not self._thread.is_alive():
+            self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout=5)
+
+    def revive_now(self) -> None:
+        if not self._thread.is_alive():
+            return
+        with self._lock:
+            self._revive_dead()
+
+    def _revive_dead(self) -> None:
+        for component in REVIVED:
+            if processes.revive(component):
+                self.revived.append(f"{time.strftime('%H:%M:%S')} {component}")
+
+    def _run(self) -> None:
+        while not self._stop.wait(REVIVE_PERIOD):
+            with contextlib.suppress(Exception):  # a cluster going down mid-check is not an error here
+                self.revive_now()
+
+
+_REVIVER = _Reviver()
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    _REVIVER.stop()
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    if _REVIVER.revived:
+        terminalreporter.write_sep("-", "control-plane processes started again after they exited")
+        for line in _REVIVER.revived:
+            terminalreporter.write_line(f"{line} (.devcluster/logs/ says why)")
+
+
 def pytest_runtest_setup(item: pytest.Item) -> None:
-    """``@pytest.mark.mindspore`` tests need the MindSpore venv: skipped without it, failed under CI."""
+    """``@pytest.mark.mindspore`` tests need the MindSpore venv: skipped without it, failed under CI.
+    A cluster test starts with every control-plane process that can be restarted running."""
     if item.get_closest_marker("mindspore") is not None:
         require_mindspore()
+    if any(item.get_closest_marker(m) for m in ("integration", "e2e", "chaos")):
+        _REVIVER.revive_now()
 
 
 def _cluster_ready() -> bool:
@@ -54,6 +119,7 @@ def cluster() -> Path:
         subprocess.run([sys.executable, str(REPO / "devcluster" / "cluster.py"), "up", "--bin-dir", bin_dir,
                         "--python", sys.executable], check=True)
     os.environ["KUBECONFIG"] = str(KUBECONFIG)
+    _REVIVER.start()
     return KUBECONFIG
 
 
