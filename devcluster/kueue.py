@@ -127,18 +127,36 @@ def install(work: Path | None = None, timeout: float = 240) -> str:
     return image
 
 
-def uninstall(work: Path | None = None) -> None:
-    """Delete what ``install`` applied (CRDs last: their objects go with them)."""
+def uninstall(work: Path | None = None, timeout: float = 120) -> None:
+    """Delete what ``install`` applied and wait until its CRDs are gone (a later install would
+    otherwise meet them terminating). Webhooks first (nothing calls a server that is gone), then the
+    controller; the finalizers Kueue's objects still carry are dropped, since no controller is left
+    to drop them, and the CRDs go last, their objects with them."""
     work = work or (REPO / ".devcluster" / "run")
     work.mkdir(parents=True, exist_ok=True)
-    tool = tool_dir()
-    docs = manifests(tool / "chart", "kueue:unused", work)
-    def stage(doc: dict) -> int:  # webhooks first (nothing calls a server that is gone), CRDs last
-        return 0 if "Webhook" in doc["kind"] else 2 if doc["kind"] == "CustomResourceDefinition" else 1
-    for step in range(3):
-        chosen = [d for d in docs if stage(d) == step]
+    docs = manifests(tool_dir() / "chart", "kueue:unused", work)
+    crds = [d for d in docs if d["kind"] == "CustomResourceDefinition"]
+    webhooks = [d for d in docs if "Webhook" in d["kind"]]
+    rest = [d for d in docs if d not in crds and d not in webhooks]
+    for chosen in (webhooks, rest):
         kubectl("delete", "--ignore-not-found", "--wait=false", "-f", "-",
                 stdin=json.dumps({"apiVersion": "v1", "kind": "List", "items": chosen}), check=False)
+    for crd in crds:
+        _drop_finalizers(crd["spec"]["names"]["plural"] + "." + crd["spec"]["group"])
+    kubectl("delete", "--ignore-not-found", f"--timeout={int(timeout)}s", "-f", "-",
+            stdin=json.dumps({"apiVersion": "v1", "kind": "List", "items": crds}), check=False, timeout=timeout + 30)
+
+
+def _drop_finalizers(resource: str) -> None:
+    out = kubectl("get", resource, "-A", "-o", "json", check=False)
+    if out.returncode != 0:
+        return
+    for item in json.loads(out.stdout).get("items", []):
+        meta = item["metadata"]
+        if meta.get("finalizers"):
+            where = ["-n", meta["namespace"]] if meta.get("namespace") else []
+            kubectl("patch", resource, meta["name"], *where, "--type=merge", "-p", '{"metadata":{"finalizers":null}}',
+                    check=False)
 
 
 def installed() -> bool:

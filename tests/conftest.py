@@ -194,6 +194,26 @@ def operator(_operator_process: OperatorProcess) -> OperatorProcess:
     return _operator_process
 
 
+@pytest.fixture(scope="module")
+def kueue(api, cluster: Path, _operator_process: OperatorProcess) -> Iterator[None]:
+    """A real Kueue v0.17 (devcluster/kueue.py) for one test module, with the simulated cpu pool's
+    ResourceFlavor; the process operator restarted so that it sees the Workload API. Both undone
+    afterwards: no other test pays for Kueue's webhooks."""
+    from devcluster import kueue as dev_kueue
+    from tests.support import kueue as kq
+
+    dev_kueue.install()
+    kq.delete_cluster_scoped(api, "resourceflavors", kq.FLAVOR)
+    kq.create_cluster_scoped(api, "resourceflavors", kq.flavor())
+    if _operator_process.proc is not None and _operator_process.proc.poll() is None:
+        _operator_process.restart()
+    yield
+    kq.delete_cluster_scoped(api, "resourceflavors", kq.FLAVOR)
+    dev_kueue.uninstall()
+    if _operator_process.proc is not None and _operator_process.proc.poll() is None:
+        _operator_process.restart()
+
+
 @pytest.fixture(scope="session")
 def _helm_operator(cluster: Path, crds) -> str:
     """``helm upgrade --install`` once per session, with the operator image of this checkout."""
