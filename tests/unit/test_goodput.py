@@ -84,6 +84,18 @@ def test_a_restart_is_booked_with_its_failure_time_and_detection_delay():
     assert p.job_status.last_failure.finished_time == iso(at(100))
 
 
+def test_a_culprit_named_after_the_booking_moves_the_failure_time_to_its_earlier_end():
+    """In place, the first record to arrive may be a bystander's (it lost its peer a moment later);
+    when the culprit's arrives, the restart counts from the culprit's end."""
+    _, booked = failed_gang_passes(exit_after=100.0, booked=103.0)
+    status = {**booked.status, "lastFailure": {**booked.status["lastFailure"], "finishedTime": iso(at(98))}}
+    (entry,) = goodput(plan(status, ProgressView(0, S, report(120, 95)), 104)).restarts
+    assert (entry.failed_time, entry.detect_seconds) == (iso(at(98)), 5.0)
+    later = {**status, "lastFailure": {**status["lastFailure"], "finishedTime": iso(at(101))}}
+    (kept,) = goodput(plan(later, ProgressView(0, S, report(120, 95)), 105)).restarts
+    assert kept.failed_time == iso(at(100)), "a later end never moves the failure forward"
+
+
 def test_the_new_gangs_first_step_closes_the_restart_with_recovery_and_recomputed_steps():
     _, booked = failed_gang_passes()
     # Gang 1 resumed from the checkpoint at step 100 (its first step is 101) and stepped at t=112.

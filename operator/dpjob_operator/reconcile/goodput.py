@@ -35,6 +35,7 @@ def account_goodput(ctx: PassContext, view: ProgressView | None) -> None:
     refresh the ratio when the pass writes anyway. Runs after the progress policy."""
     goodput = ctx.status.goodput or Goodput()
     goodput = _open_restart(ctx, goodput)
+    goodput = _refine_failed_time(ctx.status, goodput)
     if view is not None and view.latest is not None and view.restart == ctx.generation:
         goodput = _first_report(ctx, goodput, view.latest)
     if goodput != (ctx.old.goodput or Goodput()) or ctx.status != ctx.old:
@@ -54,6 +55,26 @@ def _open_restart(ctx: PassContext, goodput: Goodput) -> Goodput:
         goodput = replace(goodput, startup_seconds=_since_start(ctx.status, failed))
     restarts = (*(goodput.restarts or ()), entry)[-MAX_RESTARTS:]
     return replace(goodput, restarts=restarts)
+
+
+def _refine_failed_time(status: JobStatus, goodput: Goodput) -> Goodput:
+    """An earlier end for the latest restart's failure, learnt after the restart was booked: an
+    in-place restart first blames whichever rank's record arrives first (often a bystander that lost
+    its peer a moment later) and names the culprit when its record arrives. Detection and recovery
+    both count from the culprit's end."""
+    if not goodput.restarts:
+        return goodput
+    entry, failure = goodput.restarts[-1], status.last_failure
+    if failure is None or failure.restart != (entry.restart or 0) - 1:
+        return goodput
+    better, was = parse_iso(failure.finished_time), parse_iso(entry.failed_time)
+    if better is None or was is None or better >= was:
+        return goodput
+    shift = (was - better).total_seconds()
+    refined = replace(entry, failed_time=_iso(better.timestamp()),
+                      detect_seconds=None if entry.detect_seconds is None else _sig(entry.detect_seconds + shift),
+                      recover_seconds=None if entry.recover_seconds is None else _sig(entry.recover_seconds + shift))
+    return replace(goodput, restarts=(*goodput.restarts[:-1], refined))
 
 
 def _failed_at(status: JobStatus, failed_gen: int) -> float | None:
