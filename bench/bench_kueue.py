@@ -29,6 +29,7 @@ from devcluster import kueue as dev_kueue  # noqa: E402
 from tests.support import kueue as kq  # noqa: E402
 from tests.support.operator import OperatorProcess  # noqa: E402
 from tests.support.paths import DEVCLUSTER, KUBECONFIG  # noqa: E402
+from tests.support.waits import wait_until  # noqa: E402
 
 QUEUE, CLUSTER_QUEUE = "bench", "dpjob-bench"
 FLAVOR_LABELS = {"dpjob.io/bench-node": "true"}
@@ -42,6 +43,10 @@ def queue_objects(api: client.ApiClient, ns: str) -> None:
         kq.delete_cluster_scoped(api, plural, body["metadata"]["name"])
         kq.create_cluster_scoped(api, plural, body)
     kq.local_queue(api, ns, QUEUE, CLUSTER_QUEUE)
+    # Timed from a queue Kueue already serves: a ClusterQueue is Active once its flavors are known.
+    wait_until(lambda: kq.condition(kq.objects(api).get_cluster_custom_object(
+        kq.GROUP, kq.VERSION, "clusterqueues", CLUSTER_QUEUE), "Active").get("status") == "True",
+        timeout=60, what=f"ClusterQueue {CLUSTER_QUEUE} Active")
 
 
 def bench_job(name: str, replicas: int, queued: bool) -> dict:
