@@ -23,7 +23,7 @@ sys.path.insert(0, str(REPO))
 
 from kubernetes import client, config  # noqa: E402
 
-from bench.bench_operator import count_pods, delete_job, ensure_nodes, job  # noqa: E402
+from bench.bench_operator import delete_job, ensure_nodes, job, wait_created_and_running  # noqa: E402
 from bench.measure import OperatorSample  # noqa: E402
 from devcluster import kueue as dev_kueue  # noqa: E402
 from tests.support import kueue as kq  # noqa: E402
@@ -63,16 +63,7 @@ def time_one(custom, core, sample: OperatorSample, ns: str, name: str, replicas:
     t0 = time.perf_counter()
     custom.create_namespaced_custom_object("dpjob.io", "v1alpha1", ns, "dataparalleljobs",
                                            bench_job(name, replicas, queued))
-    created = running = None
-    while time.perf_counter() - t0 < timeout:
-        n, r = count_pods(core, ns, name)
-        now = time.perf_counter() - t0
-        if created is None and n >= replicas:
-            created = now
-        if r >= replicas:
-            running = now
-            break
-        time.sleep(0.1)
+    created, running = wait_created_and_running(core, ns, name, replicas, t0, timeout)
     requests = sample.read().minus(before)["api_requests"]
     delete_job(custom, core, ns, name)
     return {"replicas": replicas, "queued": queued, "created_s": created, "running_s": running,

@@ -66,9 +66,9 @@ def count_pods(core, ns: str, name: str) -> tuple[int, int]:
     return len(pods), sum(1 for p in pods if p.status.phase == "Running")
 
 
-def time_job(custom, core, ns: str, name: str, replicas: int, timeout: float = 600) -> dict:
-    t0 = time.perf_counter()
-    custom.create_namespaced_custom_object("dpjob.io", "v1alpha1", ns, "dataparalleljobs", job(name, replicas))
+def wait_created_and_running(core, ns: str, name: str, replicas: int, t0: float,
+                             timeout: float = 600) -> tuple[float | None, float | None]:
+    """Seconds since ``t0`` until every rank pod of job ``name`` exists, and until every one Runs."""
     created = running = None
     while time.perf_counter() - t0 < timeout:
         n, r = count_pods(core, ns, name)
@@ -79,6 +79,13 @@ def time_job(custom, core, ns: str, name: str, replicas: int, timeout: float = 6
             running = now
             break
         time.sleep(0.1)
+    return created, running
+
+
+def time_job(custom, core, ns: str, name: str, replicas: int, timeout: float = 600) -> dict:
+    t0 = time.perf_counter()
+    custom.create_namespaced_custom_object("dpjob.io", "v1alpha1", ns, "dataparalleljobs", job(name, replicas))
+    created, running = wait_created_and_running(core, ns, name, replicas, t0, timeout)
     st = custom.get_namespaced_custom_object("dpjob.io", "v1alpha1", ns, "dataparalleljobs", name).get("status", {})
     delete_job(custom, core, ns, name)
     return {"replicas": replicas, "created_s": created, "running_s": running, "phase": st.get("phase")}

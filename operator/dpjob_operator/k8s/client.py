@@ -93,8 +93,12 @@ class KubeClient:
         readers: dict[str, Callable[..., Any]] = {"Pod": self.core.read_namespaced_pod,
                                                   "Service": self.core.read_namespaced_service,
                                                   "ConfigMap": self.core.read_namespaced_config_map}
+        return self._read(readers[kind], name, namespace)
+
+    def _read(self, fn: Callable[..., Any], *args: Any) -> dict[str, Any] | None:
+        """One GET through ``fn``, as a raw dict; None on 404."""
         try:
-            resp = self._call("GET", readers[kind], name, namespace, _preload_content=False)
+            resp = self._call("GET", fn, *args, _preload_content=False)
         except ApiException as e:
             if e.status == 404:
                 return None
@@ -152,15 +156,7 @@ class KubeClient:
         return any(r.get("name") == plural for r in json.loads(resp.data).get("resources") or [])
 
     def get_object(self, group: str, version: str, plural: str, namespace: str, name: str) -> dict[str, Any] | None:
-        try:
-            resp = self._call("GET", self.custom.get_namespaced_custom_object, group, version, namespace, plural,
-                              name, _preload_content=False)
-        except ApiException as e:
-            if e.status == 404:
-                return None
-            raise
-        found: dict[str, Any] = json.loads(resp.data)
-        return found
+        return self._read(self.custom.get_namespaced_custom_object, group, version, namespace, plural, name)
 
     def create_object(self, group: str, version: str, plural: str, obj: Mapping[str, Any]) -> bool:
         """Create; False when it already exists."""
@@ -206,15 +202,7 @@ class KubeClient:
     # ---- cluster-scoped objects (Kueue's ResourceFlavors, priority classes) ---------------
 
     def get_cluster_object(self, group: str, version: str, plural: str, name: str) -> dict[str, Any] | None:
-        try:
-            resp = self._call("GET", self.custom.get_cluster_custom_object, group, version, plural, name,
-                              _preload_content=False)
-        except ApiException as e:
-            if e.status == 404:
-                return None
-            raise
-        found: dict[str, Any] = json.loads(resp.data)
-        return found
+        return self._read(self.custom.get_cluster_custom_object, group, version, plural, name)
 
     def list_cluster_objects(self, group: str, version: str, plural: str) -> list[dict[str, Any]]:
         resp = self._call("GET", self.custom.list_cluster_custom_object, group, version, plural,
