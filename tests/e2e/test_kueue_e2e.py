@@ -15,7 +15,7 @@ import pytest
 from devcluster import realnode
 from tests.support import cluster as dpj
 from tests.support import kueue as kq
-from tests.support.realnode_jobs import reports, trainer_job, workdir
+from tests.support.realnode_jobs import log_events, reports, trainer_job, workdir
 from tests.support.waits import wait_until
 
 pytestmark = pytest.mark.e2e
@@ -64,10 +64,18 @@ def test_a_preempted_job_resumes_from_its_checkpoint_after_the_higher_priority_j
         timeout=60, what="the low-priority job preempted")
     preempted = time.monotonic()
     assert st["phase"] == "Queued" and st.get("failureRestarts", 0) == 0, st
+    wait_until(lambda: not dpj.rank_pods(core, namespace, "low"), timeout=60, interval=0.2, what="the gang stopped")
+    stopped = time.monotonic() - preempted
     dpj.wait_phase(api, namespace, "high", "Succeeded", timeout=240)
+    freed = time.monotonic()
 
+    # Admitted again: the new ranks load the checkpoint and log their start step.
+    (resumed, *_) = wait_until(lambda: [e for e in log_events(namespace, "low-rank-0", "start")
+                                        if e.get("start_step", 0) > 0], timeout=180, interval=0.5,
+                               what="the low-priority job's ranks resumed from the checkpoint")
+    print(f"preempted -> gang stopped: {stopped:.1f}s; high-priority job done -> training resumed from step "
+          f"{resumed['start_step']}: {time.monotonic() - freed:.1f}s")
     done = dpj.wait_phase(api, namespace, "low", "Succeeded", timeout=300)
-    print(f"preempted -> low-priority job done again: {time.monotonic() - preempted:.1f}s")
     assert done.get("failureRestarts", 0) == 0 and done["kueue"]["evictions"] == 1, done
     rs = reports(namespace, "low")
     assert len(rs) == 2 and all(r["steps"] == steps and r["resumed_from_step"] > 0 for r in rs), rs

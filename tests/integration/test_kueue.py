@@ -10,6 +10,7 @@ with the job. Ranks run on the simulated (kwok) cpu pool, which the flavor selec
 
 from __future__ import annotations
 
+import json
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -157,3 +158,67 @@ def test_the_kueue_examples_apply_as_shipped_and_the_queued_job_is_admitted_to_t
     finally:
         kubectl("delete", "-n", namespace, "-f", str(job), "--ignore-not-found", "--wait=false", check=False)
         kubectl("delete", "-n", namespace, "-f", str(queues), "--ignore-not-found", "--wait=false", check=False)
+
+
+def rank_table(core, namespace: str, name: str) -> dict[str, Any]:
+    data = core.read_namespaced_config_map(f"{name}-ranktable", namespace).data or {}
+    table: dict[str, Any] = json.loads(data.get("ranktable.json", "{}"))
+    return table
+
+
+def test_a_job_readmitted_to_another_flavor_gets_a_rank_table_of_its_new_nodes(api, core, namespace, operator,
+                                                                              kueue):
+    """Two flavors, one per simulated cpu node: the job admitted to the first is preempted there by a
+    higher-priority job and admitted again to the second; its pods and rank table follow."""
+    first, second = (f"cq-node-{i}-{namespace[-5:]}" for i in (0, 1))
+    cq = f"cq-two-{namespace[-5:]}"
+    for flavor, node in ((first, "cpu-node-0"), (second, "cpu-node-1")):
+        kq.create_cluster_scoped(api, "resourceflavors", kq.flavor(flavor, {"kubernetes.io/hostname": node}))
+    queue = kq.cluster_queue(cq, first, cpu="2")
+    group = queue["spec"]["resourceGroups"][0]
+    group["flavors"].append({**group["flavors"][0], "name": second})
+    # Preempt within the first flavor rather than try the next: the high-priority job takes the
+    # low one's place, and the low one, queued again, fits only in the second.
+    queue["spec"]["flavorFungibility"] = {"whenCanPreempt": "MayStopSearch"}
+    kq.create_cluster_scoped(api, "clusterqueues", queue)
+    kq.local_queue(api, namespace, "team", cq)
+    kq.priority_class(api, "dpjob-low", 100)
+    kq.priority_class(api, "dpjob-high", 1000)
+    try:
+        dpj.create(api, namespace, queued_job("low", priority="dpjob-low"))
+        st = dpj.wait_phase(api, namespace, "low", "Running", timeout=90)
+        assert st["kueue"]["flavors"] == [first], st["kueue"]
+        table = wait_until(lambda: (t := rank_table(core, namespace, "low")).get("status") == "completed" and t,
+                           timeout=60, what="the first rank table")
+        assert {s["node"] for s in table["servers"]} == {"cpu-node-0"}
+
+        dpj.create(api, namespace, queued_job("high", priority="dpjob-high"))
+        dpj.wait_phase(api, namespace, "high", "Running", timeout=90)
+        st = dpj.wait_status(api, namespace, "low", lambda s: s.get("phase") == "Running" and
+                             (s.get("kueue") or {}).get("flavors") == [second], timeout=120,
+                             what="the low-priority job running again on the second flavor")
+        moved = wait_until(lambda: (t := rank_table(core, namespace, "low")).get("status") == "completed" and
+                           {s["node"] for s in t["servers"]} == {"cpu-node-1"} and t,
+                           timeout=60, what="the rank table rebuilt for the second flavor's node")
+        assert {s["uid"] for s in moved["servers"]}.isdisjoint({s["uid"] for s in table["servers"]})
+        assert st.get("failureRestarts", 0) == 0
+    finally:
+        for job in ("low", "high"):
+            dpj.delete(api, namespace, job)
+        kq.delete_cluster_scoped(api, "clusterqueues", cq)
+        for flavor in (first, second):
+            kq.delete_cluster_scoped(api, "resourceflavors", flavor)
+
+
+def test_a_queue_label_changed_before_admission_moves_the_workload(api, core, namespace, operator, queue):
+    job = dpj.create(api, namespace, queued_job("moving", queue_name="nowhere"))
+    uid = job["metadata"]["uid"]
+    waiting = wait_until(lambda: kq.workload_of(api, namespace, uid), timeout=30, what="the Workload in 'nowhere'")
+    assert waiting["spec"]["queueName"] == "nowhere"
+    assert dpj.wait_phase(api, namespace, "moving", "Queued", timeout=30)
+
+    dpj.patch(api, namespace, "moving", {"metadata": {"labels": {QUEUE_LABEL: "team"}}})
+    dpj.wait_phase(api, namespace, "moving", "Running", timeout=90)
+    moved = kq.workload_of(api, namespace, uid)
+    assert moved is not None and moved["spec"]["queueName"] == "team"
+    assert moved["metadata"]["uid"] != waiting["metadata"]["uid"], "the Workload was edited, not replaced"
