@@ -26,8 +26,14 @@ kubeflow: ## build or reuse Kubeflow's training-operator v1.8.1 from its Go modu
 kueue-binary: ## build or reuse Kueue v0.17's controller and chart from its Go module (the Kueue tests install it)
 	@bash devcluster/build-kueue.sh >/dev/null
 
+netpol-binary: ## build or reuse kube-network-policies v0.8.0 from its Go module (the multi-node tests install it)
+	@bash devcluster/build-netpol.sh >/dev/null
+
 kueue: cluster-up ## install Kueue v0.17 in the dev cluster (docs/kueue.md), DataParallelJob as an external framework
 	@venv=$(VENV); KUBECONFIG=$(KUBECONFIG_PATH) "$$venv/bin/python" devcluster/kueue.py install
+
+netpol: cluster-up ## install the NetworkPolicy engine (kube-network-policies) in the dev cluster (docs/security.md)
+	@venv=$(VENV); KUBECONFIG=$(KUBECONFIG_PATH) "$$venv/bin/python" devcluster/netpol.py install
 
 images: ## build every image an example, the chart or `dpjob run` names: operator, trainer (cpu = cuda), trainer (mindspore-cpu)
 	@bash devcluster/images.sh operator trainer trainer-mindspore
@@ -75,7 +81,7 @@ test-mindspore: ## the MindSpore backend's tests (unit + msrun e2e) with its own
 
 # lint comes before cluster-up so a lint failure is reported in seconds, before any cluster work.
 # The MindSpore tests come first (no cluster, ~1 min): the torch run below deselects them.
-test: lint cluster-up kubeflow kueue-binary test-mindspore ## lint, then every test: unit, integration (real control plane), end-to-end, MindSpore
+test: lint cluster-up kubeflow kueue-binary netpol-binary test-mindspore ## lint, then every test: unit, integration (real control plane), end-to-end, MindSpore
 	@venv=$(VENV); KUBECONFIG=$(KUBECONFIG_PATH) bash devcluster/pytest.sh "$$venv/bin/python" -m "not mindspore" $(PYTEST_ARGS)
 
 chaos: cluster-up ## only the chaos drills (API-server restarts, a 429 storm, two replicas under churn); `make test` runs them last
@@ -96,4 +102,4 @@ gpu-check: ## on a GPU machine: our trainer against a bare PyTorch DDP loop per 
 clean: cluster-down ## remove local state (caches under ~/.cache/dpjob are kept)
 	@rm -rf .devcluster .pytest_cache .mypy_cache .ruff_cache
 
-.PHONY: help venv venv-mindspore test-mindspore binaries kubeflow kueue-binary kueue bench-compare images push release doctor cluster-up cluster-down cluster-status crds run lint test-unit test chaos dev bench gpu-check clean
+.PHONY: help venv venv-mindspore test-mindspore binaries kubeflow kueue-binary netpol-binary kueue netpol bench-compare images push release doctor cluster-up cluster-down cluster-status crds run lint test-unit test chaos dev bench gpu-check clean

@@ -30,7 +30,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from devcluster import realnode  # noqa: E402
+from devcluster import netfilter, realnode  # noqa: E402
 from devcluster.control_plane import api_get, restart, start_apiserver, start_controllers, start_etcd  # noqa: E402
 from devcluster.kube import kubectl  # noqa: E402
 from devcluster.kwok_pools import PoolSpec, create_nodes, default_pools, ensure_device_plugin, node_manifest, start_kwok  # noqa: E402
@@ -38,6 +38,7 @@ from devcluster.pki import advertise_address, make_pki, write_kubeconfig  # noqa
 from devcluster.processes import alive, log, port_open, read_pid, start, stop  # noqa: E402
 from devcluster.real_nodes import built_images, forget_on_nodes, start_real_nodes, start_registry  # noqa: E402
 from devcluster.state import (  # noqa: E402
+    ALL_NODES,
     APISERVER_PORT,
     BIN,
     COMPONENTS,
@@ -114,15 +115,18 @@ def down(quiet: bool = False) -> None:
     for component in reversed(COMPONENTS):
         pid = read_pid(component)
         if component.startswith("containerd-") and alive(pid):  # its containers first: shims outlive it
-            realnode.kill_containers(NODES[int(component.split("-")[1])])
+            realnode.kill_containers(ALL_NODES[int(component.split("-")[1])])
         if pid and alive(pid):
             stop(pid, timeout=10, poll=0.1)
             if not quiet:
                 log(f"stopped {component} (pid {pid})")
-    for node in NODES:
-        realnode.wipe(node)
+    for node in ALL_NODES:
+        if node in NODES or node.state.exists():
+            realnode.wipe(node)
     if NODES and (BIN / "kubectl").is_symlink():  # kube-proxy's iptables chains outlive it
         subprocess.run([str((BIN / "kubectl").resolve().parent / "kube-proxy"), "--cleanup"], capture_output=True)
+    if shutil.which("iptables"):
+        netfilter.remove_all()
     if STATE.exists():
         for sub in ("run", "pids", "kubeconfig", "prometheus"):
             p = STATE / sub
@@ -137,8 +141,8 @@ def down(quiet: bool = False) -> None:
 def status() -> int:
     for component in COMPONENTS:
         pid = read_pid(component)
-        if component in ("operator", "prometheus") and not alive(pid):
-            continue
+        if component not in ("registry", *CONTROL_PLANE, *NODE_COMPONENTS) and not alive(pid):
+            continue  # started on top of the cluster, or a node added at run time: listed while it runs
         print(f"{component:26s} {'running' if alive(pid) else 'stopped'} {pid or ''}")
     ok = KUBECONFIG.exists() and cluster_is_up()
     print(f"api: {'ready' if ok else 'not ready'}  kubeconfig: {KUBECONFIG}")
@@ -155,7 +159,17 @@ def main() -> int:
     sub.add_parser("status", help="show component state")
     p_restart = sub.add_parser("restart", help="stop and start one control-plane component (chaos drills)")
     p_restart.add_argument("component", choices=CONTROL_PLANE)
+    p_node = sub.add_parser("node", help="add or remove one real node on the running cluster")
+    p_node.add_argument("action", choices=("add", "remove"))
+    p_node.add_argument("index", type=int, help="the node's number: real-<index>")
     args = parser.parse_args()
+    if args.cmd == "node":
+        from devcluster import node_changes
+        if args.action == "add":
+            node_changes.add_node(args.index)
+        else:
+            node_changes.remove_node(args.index)
+        return 0
     if args.cmd == "up":
         up(args.bin_dir.resolve(), args.python)
         return 0

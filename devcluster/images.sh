@@ -3,6 +3,7 @@
 #
 #   images.sh [NAME...]     NAME: base pause coredns operator trainer trainer-mindspore prometheus
 #                                 prometheus-config-reloader prometheus-operator kueue
+#                                 kube-network-policies
 #                                 (default: pause coredns operator trainer)
 #
 # trainer-mindspore (trainer-image/Dockerfile.mindspore: the MindSpore CPU wheel, no torch; a
@@ -245,14 +246,21 @@ image_kueue() {  # Kueue's controller at /manager, where its own image keeps it 
   build_binary_image kueue "$version" "$tool/manager" /manager
 }
 
+image_kube-network-policies() {  # the NetworkPolicy engine at /bin/netpol, as its own image has it
+  local tool version
+  tool=$(bash "$ROOT/devcluster/build-netpol.sh" | tail -1)
+  version=$(basename "$tool"); version=${version#kube-network-policies-}
+  build_binary_image kube-network-policies "$version" "$tool/netpol" /bin/netpol
+}
+
 names=("$@")
 [ ${#names[@]} -gt 0 ] || names=(pause coredns operator trainer)
 for n in "${names[@]}"; do
   case $n in
     base) ensure_base ;;
-    pause|coredns|operator|trainer|trainer-mindspore|prometheus|prometheus-config-reloader|prometheus-operator|kueue)
+    pause|coredns|operator|trainer|trainer-mindspore|prometheus|prometheus-config-reloader|prometheus-operator|kueue|kube-network-policies)
       "image_$n" ;;
     *) die "unknown image '$n' (known: base pause coredns operator trainer trainer-mindspore prometheus" \
-         "prometheus-config-reloader prometheus-operator kueue)" ;;
+         "prometheus-config-reloader prometheus-operator kueue kube-network-policies)" ;;
   esac
 done

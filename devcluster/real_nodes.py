@@ -11,11 +11,11 @@ import time
 import urllib.request
 from pathlib import Path
 
-from devcluster import publish, realnode, registry
+from devcluster import netfilter, publish, realnode, registry
 from devcluster.kube import kubectl
 from devcluster.pki import cert_kubeconfig, issue_cert
 from devcluster.processes import log, port_open, start, wait_for
-from devcluster.state import LOGS, NODES, REPO, RUN
+from devcluster.state import ALL_NODES, LOGS, NODES, REPO, RUN
 
 
 def start_registry(bin_dir: Path) -> None:
@@ -48,7 +48,7 @@ def forget_on_nodes(pushed: dict[str, tuple[str, dict[str, str]]]) -> None:
     """After a push to the dev registry: each running node forgets the tags that moved and the
     superseded dev builds (``publish.push_images``'s result)."""
     digests = {ref: digest for _, tags in pushed.values() for ref, digest in tags.items()}
-    for node in NODES:
+    for node in ALL_NODES:
         if node.socket.exists():
             realnode.forget(node, digests, {registry.DEV_REPOSITORY: registry.PUBLIC_REPOSITORY},
                             [ref for ref, _ in pushed.values()])
@@ -57,6 +57,7 @@ def forget_on_nodes(pushed: dict[str, tuple[str, dict[str, str]]]) -> None:
 def start_real_nodes(bin_dir: Path, adv: str) -> None:
     """Every real node, then kube-proxy (on the first) and CoreDNS (on the nodes)."""
     subprocess.run(["bash", str(REPO / "devcluster" / "sysdeps.sh"), "node"], check=True)
+    netfilter.masquerade_pod_egress()
     images = built_images()
     for node in NODES:
         start_real_node(bin_dir, node, adv, images["pause"])

@@ -41,7 +41,7 @@ def cni_config(node: RealNode) -> dict:
         "cniVersion": "1.0.0",
         "name": f"dpjob-{node.name}",
         "plugins": [
-            {"type": "bridge", "bridge": node.bridge, "isGateway": True, "ipMasq": True, "hairpinMode": True,
+            {"type": "bridge", "bridge": node.bridge, "isGateway": True, "ipMasq": False, "hairpinMode": True,
              "ipam": {"type": "host-local", "ranges": [[{"subnet": node.subnet}]],
                       "routes": [{"dst": "0.0.0.0/0"}], "dataDir": str(node.state / "cni-ipam")}},
             {"type": "portmap", "capabilities": {"portMappings": True}},

@@ -29,12 +29,25 @@ GANG_SCHEDULING = os.environ.get("DPJOB_CLUSTER_GANG_SCHEDULING", "1") not in ("
 GANG_FEATURE_GATES = (["--feature-gates=GenericWorkload=true,GangScheduling=true,TopologyAwareWorkloadScheduling=true"]
                       if GANG_SCHEDULING else [])
 # Real nodes (kubelet + containerd): DPJOB_REAL_NODES=0 brings the cluster up with kwok pools only.
+# ``cluster.py node add|remove N`` adds or removes one at run time (the multi-node tests do), up to
+# MAX_REAL_NODES: each has its own subnet 10.88.<i>.0/24 and kubelet ports 10250 + 10*i.
+MAX_REAL_NODES = 4
 REAL_NODES = int(os.environ.get("DPJOB_REAL_NODES", "1"))
-NODES = [realnode.RealNode(i, STATE / f"node-{i}") for i in range(REAL_NODES)]
+if not 0 <= REAL_NODES <= MAX_REAL_NODES:
+    raise SystemExit(f"DPJOB_REAL_NODES={REAL_NODES}: the dev cluster runs 0 to {MAX_REAL_NODES} real nodes")
+ALL_NODES = [realnode.RealNode(i, STATE / f"node-{i}") for i in range(MAX_REAL_NODES)]
+NODES = ALL_NODES[:REAL_NODES]  # the nodes ``up`` starts
 CONTROL_PLANE = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok")
-NODE_COMPONENTS = tuple(c for n in NODES for c in (f"containerd-{n.index}", f"kubelet-{n.index}")) + \
-    (("kube-proxy",) if NODES else ())
+
+
+def node_components(nodes: list[realnode.RealNode]) -> tuple[str, ...]:
+    return tuple(c for n in nodes for c in (f"containerd-{n.index}", f"kubelet-{n.index}"))
+
+
+NODE_COMPONENTS = node_components(NODES) + (("kube-proxy",) if NODES else ())
 # Components started in this order and stopped in reverse.
 # The last ones are started on top of the cluster (devcluster/dev.py, devcluster/dev_prometheus.py: make dev,
 # the e2e tests) and stopped here first.
-COMPONENTS = ("registry", *CONTROL_PLANE, "ascend-device-plugin", *NODE_COMPONENTS, "operator", "prometheus")
+# Every node that may run is listed, so ``down`` also stops the nodes added at run time.
+COMPONENTS = ("registry", *CONTROL_PLANE, "ascend-device-plugin", *node_components(ALL_NODES), "kube-proxy",
+              "operator", "prometheus")

@@ -43,6 +43,9 @@ def test_two_nodes_never_share_a_subnet_bridge_port_socket_or_cgroup():
     nets = [realnode.cni_config(n)["plugins"][0] for n in NODES]
     assert [n["ipam"]["ranges"][0][0]["subnet"] for n in nets] == ["10.88.0.0/24", "10.88.1.0/24"]
     assert all(n["isGateway"] and n["hairpinMode"] for n in nets)
+    # Pod-to-pod traffic between the bridges keeps its source address (netfilter.py masquerades
+    # only what leaves the pod network).
+    assert not any(n["ipMasq"] for n in nets)
 
 
 def test_coredns_serves_cluster_local_on_the_kube_dns_service_ip_as_non_root():

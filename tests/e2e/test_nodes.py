@@ -1,0 +1,186 @@
+"""Several real nodes: a job's ranks on two nodes training together over the pod network, a node that
+dies mid-run (its kubelet stopped; its containerd restarted), and rank pods nobody else can reach.
+
+The module adds ``real-1`` (its own containerd, kubelet, bridge and subnet 10.88.1.0/24) and the
+NetworkPolicy engine (devcluster/netpol.py) for its tests, and removes both afterwards, so every
+other test keeps the one-node cluster ``make dev`` has. The operator runs as a process on this
+host: no drill can stop it with the node it would sit on.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from devcluster import netpol, node_changes
+from devcluster.real_nodes import node_ready
+from devcluster.realnode import TOLERATION
+from devcluster.workloads import trainer_image
+from tests.support import cluster as dpj
+from tests.support.realnode_jobs import log_events, reports, trainer_job, workdir
+from tests.support.waits import wait_until
+
+pytestmark = pytest.mark.e2e
+SECOND = "real-1"
+
+
+@pytest.fixture(scope="module")
+def two_nodes(cluster) -> Iterator[list[str]]:
+    if not node_changes.running_nodes():
+        pytest.fail("the cluster has no real node (DPJOB_REAL_NODES=0): unset it and run `make cluster-down test`")
+    node_changes.add_node(1)
+    netpol.install()
+    yield ["real-0", SECOND]
+    netpol.uninstall()
+    node_changes.remove_node(1)
+
+
+def spread(job: dict, hard: bool = True) -> dict:
+    """One rank per real node as far as the skew allows (the scheduler's topology spread)."""
+    labels = {"dpjob.io/job-name": job["metadata"]["name"]}
+    job["spec"]["template"]["spec"]["topologySpreadConstraints"] = [{
+        "maxSkew": 1, "topologyKey": "kubernetes.io/hostname", "labelSelector": {"matchLabels": labels},
+        "whenUnsatisfiable": "DoNotSchedule" if hard else "ScheduleAnyway"}]
+    return job
+
+
+def nodes_of(core, namespace: str, name: str, restart: int | None = None) -> dict[int, str]:
+    pods = [p for p in dpj.rank_pods(core, namespace, name) if not p.metadata.deletion_timestamp
+            and (restart is None or p.metadata.labels.get("dpjob.io/restart") == str(restart))]
+    return {int(p.metadata.labels["dpjob.io/rank"]): p.spec.node_name for p in pods if p.spec.node_name}
+
+
+CONNECT = """
+import socket, sys
+try:
+    socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=5).close()
+    print("connected")
+except OSError as e:
+    print(f"refused or dropped: {e}")
+    sys.exit(3)
+"""
+
+
+def connect_from_pod(core, namespace: str, name: str, ip: str, port: int, node: str,
+                     labels: dict[str, str] | None = None) -> bool:
+    """A pod of the trainer image on ``node`` opens a TCP connection to ip:port: True when it could."""
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "labels": labels or {"app": "probe"}},
+           "spec": {"restartPolicy": "Never", "nodeName": node, "tolerations": [dict(TOLERATION)],
+                    "automountServiceAccountToken": False,
+                    "containers": [{"name": "probe", "image": trainer_image(), "command": ["python", "-c", CONNECT],
+                                    "args": [ip, str(port)], "imagePullPolicy": "IfNotPresent"}]}}
+    core.create_namespaced_pod(namespace, pod)
+    phase = wait_until(lambda: (lambda p: p if p in ("Succeeded", "Failed") else None)(
+        core.read_namespaced_pod(name, namespace).status.phase), timeout=90, interval=0.5,
+        what=f"probe {name} to finish")
+    return phase == "Succeeded"
+
+
+def paced_job(name: str, namespace: str, steps: int, pace: float, replicas: int = 2) -> dict:
+    base = workdir(namespace, name)
+    return spread(trainer_job(name, [
+        "--task", "mlp", "--steps", str(steps), "--checkpoint-every", "50", "--checkpoint-dir", f"{base}/ckpt",
+        "--report", f"{base}/report", "--log-every", "50", "--slow-rank", "0", "--slow-seconds", str(pace)],
+        replicas=replicas, backoff_limit=2))
+
+
+def test_four_ranks_on_two_nodes_train_together_and_only_their_own_job_reaches_them(
+        api, core, namespace, operator, two_nodes):
+    name, steps = "spread", 400
+    dpj.create(api, namespace, paced_job(name, namespace, steps, pace=0.1, replicas=4))
+    dpj.wait_phase(api, namespace, name, "Running", timeout=180)
+    placed = nodes_of(core, namespace, name)
+    assert sorted(placed.values()) == ["real-0", "real-0", "real-1", "real-1"], placed
+    rank0 = next(p for p in dpj.rank_pods(core, namespace, name) if p.metadata.labels["dpjob.io/rank"] == "0")
+    ip, port = rank0.status.pod_ip, 29500
+    policy = wait_until(lambda: _policy(namespace, name), timeout=30, what="the job's NetworkPolicy")
+    assert policy["spec"]["podSelector"]["matchLabels"]["dpjob.io/job-name"] == name
+
+    # Neither a pod of another namespace (on the other node) nor another pod of this namespace can
+    # open rank 0's rendezvous port; a pod labelled as one of the job's ranks can.
+    other = f"{namespace}-other"
+    core.create_namespace({"metadata": {"name": other}})
+    try:
+        assert not connect_from_pod(core, other, "outsider", ip, port, "real-1")
+    finally:
+        core.delete_namespace(other)
+    assert not connect_from_pod(core, namespace, "neighbour", ip, port, "real-0")
+    # The job's labels without a rank label: the policy admits it, the operator ignores it.
+    assert connect_from_pod(core, namespace, "insider", ip, port, "real-1",
+                            labels={k: rank0.metadata.labels[k] for k in ("dpjob.io/job-name",
+                                                                        "app.kubernetes.io/managed-by")})
+
+    st = dpj.wait_phase(api, namespace, name, "Succeeded", timeout=300)
+    assert st["restarts"] == 0, st
+    rs = reports(namespace, name)
+    assert len(rs) == 4 and all(r["steps"] == steps for r in rs)
+    assert len({r["param_sha256"] for r in rs}) == 1, "ranks on two nodes ended with different parameters"
+
+
+def test_a_job_that_opts_out_of_isolation_is_reachable_again(api, core, namespace, operator, two_nodes):
+    name = "open"
+    job = trainer_job(name, ["-c", "import socket, time; s = socket.socket(); s.bind(('0.0.0.0', 29500)); "
+                             "s.listen(); time.sleep(600)"], command=["python"], replicas=1)
+    job["spec"]["isolation"] = "None"
+    dpj.create(api, namespace, job)
+    dpj.wait_phase(api, namespace, name, "Running", timeout=180)
+    assert _policy(namespace, name) is None
+    ip = dpj.rank_pods(core, namespace, name)[0].status.pod_ip
+    assert connect_from_pod(core, namespace, "neighbour", ip, 29500, "real-1")
+
+
+def _policy(namespace: str, name: str) -> dict | None:
+    out = dpj.kubectl("get", "networkpolicy", name, "-n", namespace, "-o", "json", check=False)
+    return json.loads(out.stdout) if out.returncode == 0 else None
+
+
+def test_a_node_whose_kubelet_stops_is_left_and_the_job_resumes_on_the_node_left(
+        api, core, namespace, operator, two_nodes):
+    name, steps = "survivor", 2500
+    dpj.create(api, namespace, paced_job(name, namespace, steps, pace=0.05))
+    dpj.wait_phase(api, namespace, name, "Running", timeout=180)
+    assert sorted(nodes_of(core, namespace, name).values()) == ["real-0", "real-1"]
+    wait_until(lambda: log_events(namespace, f"{name}-rank-0", "start"), timeout=60, what="rank 0 training")
+    stopped = time.monotonic()
+    node_changes.stop_component("kubelet-1")
+    try:
+        st = dpj.wait_status(api, namespace, name, lambda s: any(
+            c["type"] == "NodeLost" and c["status"] == "True" for c in s.get("conditions") or []),
+            what="NodeLost", timeout=150)
+        lost = time.monotonic() - stopped
+        cond = next(c for c in st["conditions"] if c["type"] == "NodeLost")
+        assert SECOND in cond["message"], cond
+        assert SECOND in (st.get("avoidNodes") or []), st
+        assert any(SECOND in e.get("message", "") for e in dpj.wait_event(namespace, name, "NodeLost"))
+        resumed = wait_until(lambda: [e for e in log_events(namespace, f"{name}-rank-0", "start")
+                                      if e.get("start_step", 0) > 0], timeout=180, interval=0.5,
+                             what="the new gang resumed from the checkpoint")
+        print(f"kubelet stopped -> NodeLost: {lost:.1f}s; -> training again from step "
+              f"{resumed[0]['start_step']}: {time.monotonic() - stopped:.1f}s")
+        assert set(nodes_of(core, namespace, name, restart=1).values()) == {"real-0"}
+        done = dpj.wait_phase(api, namespace, name, "Succeeded", timeout=300)
+        assert done.get("failureRestarts", 0) == 0, "a lost node was charged to the job's restart budget"
+        rs = reports(namespace, name)
+        assert len(rs) == 2 and all(r["steps"] == steps and r["resumed_from_step"] > 0 for r in rs), rs
+    finally:
+        node_changes.revive_component("kubelet-1")
+    wait_until(lambda: node_ready(SECOND), timeout=120, what=f"{SECOND} Ready again")
+
+
+def test_a_node_whose_containerd_restarts_keeps_its_ranks_running(api, core, namespace, operator, two_nodes):
+    name, steps = "steady", 300
+    wait_until(lambda: node_ready(SECOND), timeout=120, what=f"{SECOND} Ready")
+    dpj.create(api, namespace, paced_job(name, namespace, steps, pace=0.1))
+    dpj.wait_phase(api, namespace, name, "Running", timeout=180)
+    before = {p.metadata.name: p.metadata.uid for p in dpj.rank_pods(core, namespace, name)}
+    assert sorted(nodes_of(core, namespace, name).values()) == ["real-0", "real-1"]
+    wait_until(lambda: log_events(namespace, f"{name}-rank-1", "start"), timeout=60, what="rank 1 training")
+    node_changes.stop_component("containerd-1")
+    node_changes.revive_component("containerd-1")
+    st = dpj.wait_phase(api, namespace, name, "Succeeded", timeout=240)
+    assert st["restarts"] == 0, st
+    assert {p.metadata.name: p.metadata.uid for p in dpj.rank_pods(core, namespace, name)} == before
+    assert len({r["param_sha256"] for r in reports(namespace, name)}) == 1
