@@ -171,7 +171,7 @@ def _operator_process(cluster: Path, crds) -> Iterator[OperatorProcess]:
     chart_replicas = stack.operator_replicas()
     logs = DEVCLUSTER / "logs"
     logs.mkdir(parents=True, exist_ok=True)
-    op = OperatorProcess(cluster, logs / "operator-test.log")
+    op = OperatorProcess(cluster, logs / "operator-test.log", supervised=True)
     yield op
     op.stop()
     if chart_replicas and stack.operator_replicas() != chart_replicas:

@@ -9,6 +9,12 @@ Leader election is on, on the same Lease as the Helm-installed dev operator (rel
 for real, not only because the fixtures scale one to zero. ``start`` returns once this process
 leads (``wait_to_lead``), so a test never times a job against a standby; ``stop`` (SIGTERM)
 releases the Lease, so whichever operator comes next leads within a retry period.
+
+The shared operator of the tests is ``supervised``: started again when it exits on its own, as the
+kubelet restarts the operator's pod. A leader that cannot renew its Lease within the renew
+deadline (an API server slowed down by a thousand pods, or restarted by a chaos drill) exits by
+design; unsupervised, every job after it would wait on a controller that is gone. Each such exit
+is kept in ``exits`` (code and log tail) and printed, so a crash is still seen.
 """
 
 from __future__ import annotations
@@ -18,6 +24,7 @@ import os
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 from pathlib import Path
@@ -50,7 +57,7 @@ class OperatorProcess:
 
     def __init__(self, kubeconfig: Path, log_path: Path, extra_env: dict[str, str] | None = None, *,
                  lease: tuple[str, str] | None = None, leader_election: bool = True,
-                 wait_to_lead: bool = True) -> None:
+                 wait_to_lead: bool = True, supervised: bool = False) -> None:
         self.kubeconfig = kubeconfig
         self.log_path = log_path
         self.extra_env = extra_env or {}
@@ -60,8 +67,37 @@ class OperatorProcess:
         self.proc: subprocess.Popen[bytes] | None = None
         self.metrics_port = free_port()
         self.health_port = free_port()
+        self.supervised = supervised
+        self.exits: list[tuple[int, str]] = []  # (exit code, log tail) of each exit the supervisor saw
+        self._lock = threading.RLock()
+        self._stopping = False
+        self._supervisor: threading.Thread | None = None
 
     def start(self) -> None:
+        with self._lock:
+            self._stopping = False
+            self._spawn()
+        if self.supervised and (self._supervisor is None or not self._supervisor.is_alive()):
+            self._supervisor = threading.Thread(target=self._supervise, daemon=True, name="operator-supervisor")
+            self._supervisor.start()
+        wait_until(self._healthy, timeout=60, what="operator /healthz")
+        if self.leader_election and self.wait_to_lead:
+            self.wait_leading(timeout=LEASE_DURATION + 20)
+
+    def _supervise(self) -> None:
+        while True:
+            time.sleep(0.5)
+            with self._lock:
+                proc = self.proc
+                if self._stopping or proc is None or proc.poll() is None:
+                    continue
+                tail = self.log_path.read_text(errors="replace")[-2000:]
+                self.exits.append((proc.returncode, tail))
+                print(f"\n[operator] exited on its own with {proc.returncode}; started again, as its pod would be. "
+                      f"Last log lines:\n{tail[-600:]}", file=sys.stderr, flush=True)
+                self._spawn()
+
+    def _spawn(self) -> None:
         env = {**os.environ, "KUBECONFIG": str(self.kubeconfig), "PYTHONUNBUFFERED": "1",
                "DPJOB_METRICS_PORT": str(self.metrics_port), "DPJOB_HEALTH_PORT": str(self.health_port),
                **LOCAL_PROCESS_ENV,
@@ -72,9 +108,6 @@ class OperatorProcess:
             self.proc = subprocess.Popen([sys.executable, "-m", "dpjob_operator"], env=env, stdout=logf,
                                          stderr=subprocess.STDOUT, cwd=REPO, start_new_session=True,
                                          preexec_fn=_die_with_parent)
-        wait_until(self._healthy, timeout=60, what="operator /healthz")
-        if self.leader_election and self.wait_to_lead:
-            self.wait_leading(timeout=LEASE_DURATION + 20)
 
     # ---- leader election --------------------------------------------------------------------
 
@@ -124,7 +157,7 @@ class OperatorProcess:
         return self.log_path.read_text(errors="replace")
 
     def _healthy(self) -> bool:
-        if self.proc and self.proc.poll() is not None:
+        if self.proc and self.proc.poll() is not None and not self.supervised:
             raise AssertionError(f"operator exited with {self.proc.returncode}; log: {self.log_path}\n"
                                  + self.log_path.read_text(errors="replace")[-3000:])
         try:
@@ -135,6 +168,8 @@ class OperatorProcess:
 
     def stop(self, sig: int = 15) -> None:
         """SIGTERM (the default) is a graceful stop: the workers stop and the Lease is released."""
+        with self._lock:
+            self._stopping = True
         if self.proc and self.proc.poll() is None:
             os.killpg(self.proc.pid, sig)
             try:
