@@ -9,7 +9,7 @@ KUBECONFIG_PATH := $(CURDIR)/.devcluster/kubeconfig
 PYTEST_ARGS ?=
 
 help: ## list targets
-	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-19s %s\n", $$1, $$2}'
 
 venv: ## create or reuse the cached virtual environment
 	@bash devcluster/venv.sh >/dev/null
@@ -93,6 +93,9 @@ dev: ## the main job: cluster with a real node, the operator installed with Helm
 bench: cluster-up ## benchmarks (ratios side by side; results in bench/results/)
 	@venv=$(VENV); for b in bench/bench_*.py; do KUBECONFIG=$(KUBECONFIG_PATH) "$$venv/bin/python" $$b; done
 
+dashboard-pictures: ## draw the Grafana dashboards as SVG from a run's Prometheus into docs/images/dashboards/ (`make dev` first; docs/observability.md)
+	@venv=$(VENV); "$$venv/bin/python" -m devcluster.dashboard_render.pictures --out docs/images/dashboards $(PICTURES_ARGS)
+
 bench-compare: cluster-up kubeflow ## raw client vs dpjob vs Kubeflow's training-operator, one run (bench/results/compare.md)
 	@venv=$(VENV); KUBECONFIG=$(KUBECONFIG_PATH) "$$venv/bin/python" bench/compare.py $(BENCH_ARGS)
 
@@ -102,4 +105,4 @@ gpu-check: ## on a GPU machine: our trainer against a bare PyTorch DDP loop per 
 clean: cluster-down ## remove local state (caches under ~/.cache/dpjob are kept)
 	@rm -rf .devcluster .pytest_cache .mypy_cache .ruff_cache
 
-.PHONY: help venv venv-mindspore test-mindspore binaries kubeflow kueue-binary netpol-binary kueue netpol bench-compare images push release doctor cluster-up cluster-down cluster-status crds run lint test-unit test chaos dev bench gpu-check clean
+.PHONY: help venv venv-mindspore test-mindspore binaries kubeflow kueue-binary netpol-binary kueue netpol bench-compare images push release doctor cluster-up cluster-down cluster-status crds run lint test-unit test chaos dev bench dashboard-pictures gpu-check clean
