@@ -15,11 +15,13 @@ from collections.abc import Iterator
 
 import pytest
 
-from devcluster import netpol, node_changes
+from devcluster import netpol, node_changes, stack
 from devcluster.real_nodes import node_ready
 from devcluster.realnode import TOLERATION
 from devcluster.workloads import trainer_image
 from tests.support import cluster as dpj
+from tests.support.cluster import lease_holder
+from tests.support.operator import dev_lease
 from tests.support.realnode_jobs import log_events, reports, trainer_job, workdir
 from tests.support.waits import wait_until
 
@@ -184,3 +186,57 @@ def test_a_node_whose_containerd_restarts_keeps_its_ranks_running(api, core, nam
     assert st["restarts"] == 0, st
     assert {p.metadata.name: p.metadata.uid for p in dpj.rank_pods(core, namespace, name)} == before
     assert len({r["param_sha256"] for r in reports(namespace, name)}) == 1
+
+
+ONE_PER_NODE = {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [{
+    "topologyKey": "kubernetes.io/hostname",
+    "labelSelector": {"matchLabels": {"app.kubernetes.io/name": "dpjob-operator"}}}]}}
+
+
+def _operator_pods() -> dict[str, str]:
+    """Live Helm-installed operator pods: name -> node."""
+    out = dpj.kubectl("-n", stack.OPERATOR_NAMESPACE, "get", "pods", "-l", "app.kubernetes.io/name=dpjob-operator",
+                      "-o", "json")
+    return {p["metadata"]["name"]: p["spec"].get("nodeName", "") for p in json.loads(out.stdout)["items"]
+            if not p["metadata"].get("deletionTimestamp")}
+
+
+def _leader(pods: dict[str, str]) -> str | None:
+    holder = lease_holder(*dev_lease())
+    return next((name for name in pods if holder.startswith(f"{name}_")), None)
+
+
+def test_the_standby_on_the_node_left_takes_over_from_a_leader_whose_node_dies(
+        api, core, namespace, _operator_process, _helm_operator, two_nodes):
+    _operator_process.stop()  # the two Helm replicas compete for the Lease alone
+    stack.install_operator({"affinity": ONE_PER_NODE})
+    stack.scale_operator(2)
+    try:
+        pods = wait_until(lambda: (lambda p: p if sorted(p.values()) == ["real-0", "real-1"] else None)(
+            _operator_pods()), timeout=120, what="one operator replica per node")
+        leader = wait_until(lambda: _leader(pods), timeout=30, what="a replica to lead")
+        if pods[leader] != SECOND:  # a graceful stop releases the Lease: the replica on real-1 takes it
+            dpj.kubectl("-n", stack.OPERATOR_NAMESPACE, "delete", "pod", leader)
+            pods = wait_until(lambda: (lambda p: p if sorted(p.values()) == ["real-0", "real-1"] else None)(
+                _operator_pods()), timeout=120, what="the replica replaced")
+            leader = wait_until(lambda: (lambda n: n if n and pods[n] == SECOND else None)(_leader(pods)),
+                                timeout=30, what=f"the replica on {SECOND} to lead")
+        standby = next(n for n, node in pods.items() if node == "real-0")
+        job = trainer_job("kept", ["-c", "import time; time.sleep(60)"], command=["python"])
+        job["spec"]["template"]["spec"]["nodeSelector"]["kubernetes.io/hostname"] = "real-0"
+        dpj.create(api, namespace, job)
+        dpj.wait_phase(api, namespace, "kept", "Running", timeout=180)
+        before = {p.metadata.name: p.metadata.uid for p in dpj.rank_pods(core, namespace, "kept")}
+
+        died = time.monotonic()
+        node_changes.stop_node_processes(node_changes.node(1))  # the kubelet, the leader's container, containerd
+        wait_until(lambda: lease_holder(*dev_lease()).startswith(f"{standby}_"), timeout=60, interval=0.2,
+                   what=f"the standby {standby} to lead")
+        print(f"leader's node died -> the standby leads: {time.monotonic() - died:.1f}s")
+        st = dpj.wait_phase(api, namespace, "kept", "Succeeded", timeout=120)
+        assert st["restarts"] == 0, st
+        assert {p.metadata.name: p.metadata.uid for p in dpj.rank_pods(core, namespace, "kept")} == before, \
+            "a rank pod was created twice"
+    finally:
+        node_changes.add_node(1)
+        stack.install_operator()
