@@ -68,12 +68,15 @@ def header(dashboard: Dashboard, window: Range, width: float) -> list[str]:
 
 
 def render_dashboard(dashboard: Dashboard, data: Mapping[Panel, Sequence[Series]], window: Range,
-                     width: float = WIDTH) -> str:
-    """The whole picture as SVG text: the same dashboard, data and window give the same bytes."""
+                     width: float = WIDTH, source: str = "") -> str:
+    """The whole picture as SVG text: the same dashboard, data and window give the same bytes.
+    ``source``: the digest of the dashboard file it was drawn from, kept in a comment so that a
+    test can tell a picture older than its dashboard."""
     placed = layout(dashboard, width)
     height = page_height([box for _, box in placed])
     parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{svg.num(width)}" height="{svg.num(height)}" '
              f'viewBox="0 0 {svg.num(width)} {svg.num(height)}" font-family="{svg.FONT}">',
+             *([f"<!-- drawn by make dashboard-pictures from {dashboard.name}.json {source} -->"] if source else []),
              svg.rect(svg.Box(0.0, 0.0, width, height), svg.BACKGROUND), *header(dashboard, window, width)]
     for panel, box in placed:
         parts.append(svg.group(render_panel(panel, data.get(panel, ()), box, window)))

@@ -12,6 +12,7 @@ Usage: ``python -m devcluster.dashboard_render.pictures [--prometheus URL] [--ou
 from __future__ import annotations
 
 import argparse
+import hashlib
 import math
 import sys
 import time
@@ -73,6 +74,11 @@ def check_reachable(url: str) -> None:
                            "make dev, then make dashboard-pictures") from None
 
 
+def source_digest(path: Path) -> str:
+    """``sha256:<first 16 hex>`` of a dashboard file: what its picture records it was drawn from."""
+    return "sha256:" + hashlib.sha256(path.read_bytes()).hexdigest()[:16]
+
+
 def draw(url: str, out: Path, since: float, values: Mapping[str, str],
          directory: Path = dashboards.DASHBOARD_DIR) -> list[Path]:
     """Query, render and write every dashboard's picture; returns the files written."""
@@ -90,7 +96,7 @@ def draw(url: str, out: Path, since: float, values: Mapping[str, str],
     written = []
     for board, data in zip(boards, fetched, strict=True):
         path = out / f"{board.name}.svg"
-        path.write_text(render_dashboard(board, data, window))
+        path.write_text(render_dashboard(board, data, window, source=source_digest(directory / f"{board.name}.json")))
         drawn = sum(1 for panel in board.panels if any(s.points for s in data.get(panel, [])))
         print(f"{path}: {drawn} of {sum(1 for p in board.panels if p.queries)} panels with data")
         written.append(path)
