@@ -66,18 +66,24 @@ except OSError as e:
 """
 
 
-def connect_from_pod(core, namespace: str, name: str, ip: str, port: int, node: str,
-                     labels: dict[str, str] | None = None) -> bool:
-    """A pod of the trainer image on ``node`` opens a TCP connection to ip:port: True when it could."""
+def start_probe(core, namespace: str, name: str, ip: str, port: int, node: str,
+                labels: dict[str, str] | None = None) -> tuple[str, str]:
+    """A pod of the trainer image on ``node`` that opens a TCP connection to ip:port."""
     pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "labels": labels or {"app": "probe"}},
            "spec": {"restartPolicy": "Never", "nodeName": node, "tolerations": [dict(TOLERATION)],
                     "automountServiceAccountToken": False,
                     "containers": [{"name": "probe", "image": trainer_image(), "command": ["python", "-c", CONNECT],
                                     "args": [ip, str(port)], "imagePullPolicy": "IfNotPresent"}]}}
     core.create_namespaced_pod(namespace, pod)
+    return namespace, name
+
+
+def connected(core, probe: tuple[str, str]) -> bool:
+    """Whether the probe pod could connect: it Succeeded (connected) or Failed (refused or dropped)."""
+    namespace, name = probe
     phase = wait_until(lambda: (lambda p: p if p in ("Succeeded", "Failed") else None)(
         core.read_namespaced_pod(name, namespace).status.phase), timeout=90, interval=0.5,
-        what=f"probe {name} to finish")
+        what=f"probe {namespace}/{name} to finish")
     return phase == "Succeeded"
 
 
@@ -91,7 +97,7 @@ def paced_job(name: str, namespace: str, steps: int, pace: float, replicas: int 
 
 def test_four_ranks_on_two_nodes_train_together_and_only_their_own_job_reaches_them(
         api, core, namespace, operator, two_nodes):
-    name, steps = "spread", 400
+    name, steps = "spread", 500
     dpj.create(api, namespace, paced_job(name, namespace, steps, pace=0.1, replicas=4))
     dpj.wait_phase(api, namespace, name, "Running", timeout=180)
     placed = nodes_of(core, namespace, name)
@@ -99,21 +105,24 @@ def test_four_ranks_on_two_nodes_train_together_and_only_their_own_job_reaches_t
     rank0 = next(p for p in dpj.rank_pods(core, namespace, name) if p.metadata.labels["dpjob.io/rank"] == "0")
     ip, port = rank0.status.pod_ip, 29500
     policy = wait_until(lambda: _policy(namespace, name), timeout=30, what="the job's NetworkPolicy")
+    wait_until(lambda: log_events(namespace, f"{name}-rank-0", "start"), timeout=120, what="rank 0's store up")
     assert policy["spec"]["podSelector"]["matchLabels"]["dpjob.io/job-name"] == name
 
     # Neither a pod of another namespace (on the other node) nor another pod of this namespace can
-    # open rank 0's rendezvous port; a pod labelled as one of the job's ranks can.
+    # open rank 0's rendezvous port; a pod with the job's labels (no rank label: the operator
+    # ignores it) can. The three probe at once, while the job trains.
     other = f"{namespace}-other"
     core.create_namespace({"metadata": {"name": other}})
     try:
-        assert not connect_from_pod(core, other, "outsider", ip, port, "real-1")
+        job_labels = {k: rank0.metadata.labels[k] for k in ("dpjob.io/job-name", "app.kubernetes.io/managed-by")}
+        probes = {"outsider": start_probe(core, other, "outsider", ip, port, "real-1"),
+                  "neighbour": start_probe(core, namespace, "neighbour", ip, port, "real-0"),
+                  "insider": start_probe(core, namespace, "insider", ip, port, "real-1", labels=job_labels)}
+        reached = {who: connected(core, probe) for who, probe in probes.items()}
     finally:
         core.delete_namespace(other)
-    assert not connect_from_pod(core, namespace, "neighbour", ip, port, "real-0")
-    # The job's labels without a rank label: the policy admits it, the operator ignores it.
-    assert connect_from_pod(core, namespace, "insider", ip, port, "real-1",
-                            labels={k: rank0.metadata.labels[k] for k in ("dpjob.io/job-name",
-                                                                        "app.kubernetes.io/managed-by")})
+    assert reached == {"outsider": False, "neighbour": False, "insider": True}, reached
+    assert dpj.status(api, namespace, name).get("phase") == "Running", "the job ended before every probe ran"
 
     st = dpj.wait_phase(api, namespace, name, "Succeeded", timeout=300)
     assert st["restarts"] == 0, st
@@ -131,7 +140,7 @@ def test_a_job_that_opts_out_of_isolation_is_reachable_again(api, core, namespac
     dpj.wait_phase(api, namespace, name, "Running", timeout=180)
     assert _policy(namespace, name) is None
     ip = dpj.rank_pods(core, namespace, name)[0].status.pod_ip
-    assert connect_from_pod(core, namespace, "neighbour", ip, 29500, "real-1")
+    assert connected(core, start_probe(core, namespace, "neighbour", ip, 29500, "real-1"))
 
 
 def _policy(namespace: str, name: str) -> dict | None:
