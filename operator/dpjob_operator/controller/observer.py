@@ -141,19 +141,22 @@ class Observer:
         hold it (deleted, or too new for the watch yet: a read tells which)."""
         stuck_after = self.cfg.stuck_terminating_seconds
         finished = phase in ("Succeeded", "Failed")
-        names = nodes_to_judge(pods, gen, datetime.now(UTC), stuck_after, finished)
+        judged = nodes_to_judge(pods, gen, datetime.now(UTC), stuck_after, finished)
+        names = set(judged)
         if self.nodes.enabled and not finished:
             names |= {p.node for p in gang_pods(pods, gen, job.uid) if p.node}
         if not names:
             return NodeView(stuck_after)
         pool = self.cfg.pools.get(job.spec.accelerator)
-        tolerations = build_rank_pod(job, 0, gen, pool)["spec"].get("tolerations") or [] if pool else []
+        # The tolerations (a pod built to learn them) matter to placement only: for stuck or failed ranks.
+        tolerations = build_rank_pod(job, 0, gen, pool)["spec"].get("tolerations") or [] if pool and judged else []
         health, taints, no_execute = {}, {}, {}
         for name in sorted(names):
             state = self.nodes.get(name)
             health[name], node_taints = state if state is not None else await self.blocking.run(
                 node_state, self.kube, name)
-            taints[name] = tuple(untolerated(node_taints, tolerations))
+            if name in judged:
+                taints[name] = tuple(untolerated(node_taints, tolerations))
             no_execute[name] = tuple(str(t.get("key")) for t in node_taints if t.get("effect") == "NoExecute")
         return NodeView(stuck_after, health, taints, no_execute)
 
