@@ -1,7 +1,8 @@
 """The controller: job events and pod changes in, one reconcile pass per queued job key out.
 
-kopf feeds job events in (``job_event``), the pod cache pod changes, the PodGroup watch the
-scheduler's verdicts and the Kueue Workload watch Kueue's (``pod_changed``); all only enqueue the
+kopf feeds job events in (``job_event``), the pod cache pod changes (and, from the node watch, the
+jobs on a node whose health changed), the PodGroup watch the scheduler's verdicts and the Kueue
+Workload watch Kueue's (``pod_changed``); all only enqueue the
 job's key (``workqueue``: deduplicated, one worker per key). A worker takes a key and runs one pass:
 observe (``observer``), plan (pure, ``reconcile.planner``), write the status (one patch per pass,
 only on change), record the events right after it (an Event never says what the status does not;
