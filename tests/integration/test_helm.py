@@ -108,7 +108,7 @@ def test_service_account_rbac_is_enough_and_least_privilege(cluster, crds, names
 
         allowed = [  # what operator/dpjob_operator/k8s/client.py and kopf do, cluster-wide
             ("create", "pods", None), ("delete", "pods", None), ("get", "pods", None), ("list", "pods", None),
-            ("watch", "pods", None),
+            ("watch", "pods", None), ("get", "nodes", None), ("list", "nodes", None), ("watch", "nodes", None),
             ("create", "services", namespace), ("get", "services", namespace),
             ("create", "configmaps", namespace), ("get", "configmaps", namespace),
             ("patch", "configmaps", namespace), ("create", "events", namespace),

@@ -192,20 +192,25 @@ class GangObservation:
     scheduled: Mapping[str, Any] | None = None
 
 
-# What the operator knows of a node holding a rank stuck Terminating (k8s/nodes.py).
+# What the operator knows of a node holding a rank (k8s/nodes.py, k8s/nodecache.py).
 NODE_READY, NODE_NOT_READY, NODE_GONE, NODE_UNKNOWN = "Ready", "NotReady", "Gone", "Unknown"
 
 
 @dataclass(frozen=True)
 class NodeView:
     """The nodes the planner may need to judge: those of pods stuck Terminating (and when a pod
-    counts as stuck: ``stuck_after`` seconds past its deletion deadline) and those of failed ranks
-    (a restarted gang avoids a node that is down or tainted by a health tool)."""
+    counts as stuck: ``stuck_after`` seconds past its deletion deadline), those of failed ranks
+    (a restarted gang avoids a node that is down or tainted by a health tool) and, while the node
+    watch runs, those of the current gang's ranks (a node lost under a running gang:
+    reconcile/node_loss.py)."""
 
     stuck_after: float
     health: Mapping[str, str] = field(default_factory=dict)
     # Per node: the NoSchedule/NoExecute taints the job's pods do not tolerate (a health tool's).
     taints: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    # Per node: the keys of all its NoExecute taints, tolerated or not (every pod tolerates the node
+    # lifecycle controller's for 300 s, which is the wait a lost node must not cost).
+    no_execute: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

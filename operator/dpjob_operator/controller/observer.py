@@ -4,7 +4,8 @@ The rank pods come from the watch-fed cache (no API call); the rank table is com
 (pure); only the gang may cost a read, and only while the scheduler still has to judge it.
 Whether to look again soon is part of the observation: the scheduler's first verdict lands on a
 PodGroup, which we do not watch. Progress is what rank 0 last reported to the progress reader
-(controller/progress.py), which reads it only while the job is Running. The job's Kueue Workload
+(controller/progress.py), which reads it only while the job is Running. The health of the gang's
+nodes comes from the node watch (k8s/nodecache.py). The job's Kueue Workload
 comes from a watch too (controller/kueue.py); only the ResourceFlavors of an admission cost a read,
 once in a while.
 """
@@ -31,8 +32,10 @@ from dpjob_operator.controller.kueue import KueueWorkloads
 from dpjob_operator.controller.progress import ProgressReader, Target
 from dpjob_operator.k8s.client import KubeClient
 from dpjob_operator.k8s.namespaces import namespace_terminating
+from dpjob_operator.k8s.nodecache import NodeCache
 from dpjob_operator.k8s.nodes import node_state
 from dpjob_operator.k8s.podcache import PodCache
+from dpjob_operator.reconcile.node_loss import gang_pods
 
 
 @dataclass(frozen=True)
@@ -41,7 +44,7 @@ class Observation:
     rank_table: RankTableOutcome | None   # None: the job asked for no rank table
     gang: GangObservation | None          # None: ranks are scheduled one by one
     progress: ProgressView | None = None  # None: rank 0 is not being read (the job is not Running)
-    nodes: NodeView | None = None         # the nodes of rank pods stuck Terminating (usually none)
+    nodes: NodeView | None = None         # the nodes of stuck and failed ranks, and of the gang (node watch on)
     # The namespace is being deleted (read only when a running gang lost a rank): no pass then.
     namespace_terminating: bool = False
     kueue: KueueObservation | None = None  # None: Kueue does not queue this job
@@ -124,8 +127,9 @@ def lost_a_rank(job: Job, gen: int, pods: Sequence[PodObservation], phase: str |
 
 class Observer:
     def __init__(self, pods: PodCache, gangs: Gangs, progress: ProgressReader, kube: KubeClient,
-                 blocking: Blocking, cfg: OperatorConfig, kueue: KueueWorkloads) -> None:
+                 blocking: Blocking, cfg: OperatorConfig, kueue: KueueWorkloads, nodes: NodeCache) -> None:
         self.pods = pods
+        self.nodes = nodes
         self.gangs = gangs
         self.kueue = kueue
         self.progress = progress
@@ -133,17 +137,28 @@ class Observer:
         self.rank_tables = RankTableMemo()
 
     async def _nodes(self, job: Job, gen: int, pods: Sequence[PodObservation], phase: str | None) -> NodeView:
+        """The nodes to judge, from the node watch; one is read only when the watch is off, or does not
+        hold it (deleted, or too new for the watch yet: a read tells which)."""
         stuck_after = self.cfg.stuck_terminating_seconds
-        names = nodes_to_judge(pods, gen, datetime.now(UTC), stuck_after, phase in ("Succeeded", "Failed"))
+        finished = phase in ("Succeeded", "Failed")
+        judged = nodes_to_judge(pods, gen, datetime.now(UTC), stuck_after, finished)
+        names = set(judged)
+        if self.nodes.enabled and not finished:
+            names |= {p.node for p in gang_pods(pods, gen, job.uid) if p.node}
         if not names:
             return NodeView(stuck_after)
         pool = self.cfg.pools.get(job.spec.accelerator)
-        tolerations = build_rank_pod(job, 0, gen, pool)["spec"].get("tolerations") or [] if pool else []
-        health, taints = {}, {}
+        # The tolerations (a pod built to learn them) matter to placement only: for stuck or failed ranks.
+        tolerations = build_rank_pod(job, 0, gen, pool)["spec"].get("tolerations") or [] if pool and judged else []
+        health, taints, no_execute = {}, {}, {}
         for name in sorted(names):
-            health[name], node_taints = await self.blocking.run(node_state, self.kube, name)
-            taints[name] = tuple(untolerated(node_taints, tolerations))
-        return NodeView(stuck_after, health, taints)
+            state = self.nodes.get(name)
+            health[name], node_taints = state if state is not None else await self.blocking.run(
+                node_state, self.kube, name)
+            if name in judged:
+                taints[name] = tuple(untolerated(node_taints, tolerations))
+            no_execute[name] = tuple(str(t.get("key")) for t in node_taints if t.get("effect") == "NoExecute")
+        return NodeView(stuck_after, health, taints, no_execute)
 
     async def observe(self, job: Job, gen: int, phase: str | None = None) -> Observation:
         """What the cluster holds for generation ``gen`` (the job's ``status.restarts``) in ``phase``."""

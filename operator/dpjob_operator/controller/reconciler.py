@@ -1,7 +1,8 @@
 """The controller: job events and pod changes in, one reconcile pass per queued job key out.
 
-kopf feeds job events in (``job_event``), the pod cache pod changes, the PodGroup watch the
-scheduler's verdicts and the Kueue Workload watch Kueue's (``pod_changed``); all only enqueue the
+kopf feeds job events in (``job_event``), the pod cache pod changes (and, from the node watch, the
+jobs on a node whose health changed), the PodGroup watch the scheduler's verdicts and the Kueue
+Workload watch Kueue's (``pod_changed``); all only enqueue the
 job's key (``workqueue``: deduplicated, one worker per key). A worker takes a key and runs one pass:
 observe (``observer``), plan (pure, ``reconcile.planner``), write the status (one patch per pass,
 only on change), record the events right after it (an Event never says what the status does not;
@@ -46,6 +47,7 @@ from dpjob_operator.controller.timings import Timings
 from dpjob_operator.controller.workqueue import WorkQueue
 from dpjob_operator.k8s import errors
 from dpjob_operator.k8s.client import KubeClient
+from dpjob_operator.k8s.nodecache import NodeCache
 from dpjob_operator.k8s.podcache import PodCache
 from dpjob_operator.reconcile.actions import Plan
 from dpjob_operator.reconcile.first_pass import writes_alongside
@@ -64,11 +66,10 @@ class StaleJob(Exception):
 
 class Controller:
     def __init__(self, cfg: OperatorConfig, kube: KubeClient, loop: asyncio.AbstractEventLoop) -> None:
-        self.cfg = cfg
-        self.kube = kube
-        self.loop = loop
+        self.cfg, self.kube, self.loop = cfg, kube, loop
         self.blocking = Blocking(loop, cfg.create_concurrency + cfg.workers + 4, cfg.create_concurrency)
         self.pods = PodCache(kube, self.pod_changed, cfg.namespaces)
+        self.nodes = NodeCache(kube, self.pods.node_changed)  # a lost node wakes the jobs on it
         self.jobs: dict[JobKey, dict[str, Any]] = {}
         self.queue: WorkQueue[JobKey] = WorkQueue(metrics.CONTROLLER, loop)
         # A verdict joins the pods' batch: a Scheduled one comes with every rank's binding anyway.
@@ -79,7 +80,7 @@ class Controller:
         self.kueue = KueueWorkloads(cfg, kube, self.blocking, workloads)
         self.timings = Timings()
         self.progress = ProgressReader(self.enqueue)  # called on the loop: a new step enqueues the job
-        self.observer = Observer(self.pods, self.gangs, self.progress, kube, self.blocking, cfg, self.kueue)
+        self.observer = Observer(self.pods, self.gangs, self.progress, kube, self.blocking, cfg, self.kueue, self.nodes)
         self.executor = Executor(cfg, kube, self.blocking, self.gangs, self.timings, kueue=self.kueue)
         self.recorder = EventRecorder(kube, self.blocking)
         self.in_place_served = False  # restart in place (reconcile/inplace.py): found out in start()
@@ -132,14 +133,15 @@ class Controller:
     # ---- lifecycle ------------------------------------------------------------------------
 
     async def start(self) -> None:
-        """Warm up: gang-scheduling discovery, a synced pod cache and PodGroup watch. Writes nothing,
-        so a standby replica does this too and is ready to work the moment it leads (``start_workers``)."""
+        """Warm up: gang-scheduling discovery, a synced pod cache, node watch and PodGroup watch. Writes
+        nothing, so a standby replica does this too and is ready to work the moment it leads (``start_workers``)."""
         await self.gangs.detect(self.cfg.gang_scheduling)
         await self.kueue.detect()
         self.in_place_served = await detect_restart_in_place(self.cfg, self.kube, self.blocking)
         self.pods.start()
+        await self.blocking.run(self.nodes.start)
         for what, wait in (("rank-pod cache", self.pods.wait_synced), ("PodGroup watch", self.gangs.wait_synced),
-                           ("Kueue Workload watch", self.kueue.wait_synced)):
+                           ("Kueue Workload watch", self.kueue.wait_synced), ("node watch", self.nodes.wait_synced)):
             if not await asyncio.to_thread(wait, 120):
                 raise RuntimeError(f"the {what} did not sync within 120s; is the API server reachable?")
 
@@ -184,6 +186,7 @@ class Controller:
         if not await self.blocking.drain(drain_seconds):
             log.warning("API calls still running %.0fs after stop; not waiting for them", drain_seconds)
         self.pods.stop()
+        self.nodes.stop()
         self.gangs.stop()
         self.kueue.stop()
         for collector in self._collectors:  # a stopped controller reports no jobs (and can be replaced)
@@ -191,7 +194,8 @@ class Controller:
 
     def stuck(self) -> str | None:
         """Why the controller cannot make progress any more (liveness), or None."""
-        return self.pods.stuck() or self.gangs.stuck() or self.kueue.stuck() or self.queue.stuck(PASS_LIMIT)
+        return (self.pods.stuck() or self.nodes.stuck() or self.gangs.stuck() or self.kueue.stuck()
+                or self.queue.stuck(PASS_LIMIT))
 
     async def _worker(self) -> None:
         while True:

@@ -17,7 +17,7 @@ from dpjob_operator.k8s.client import KubeClient
 
 
 class Resource(NamedTuple):
-    """What a list or watch reads: pods (the core group, "") or a group's resource."""
+    """What a list or watch reads: pods or nodes (the core group, "") or a group's resource."""
 
     group: str
     version: str
@@ -25,10 +25,13 @@ class Resource(NamedTuple):
 
 
 PODS = Resource("", "v1", "pods")
+NODES = Resource("", "v1", "nodes")  # cluster-scoped: every namespace argument is ignored
 
 
 def _lister(kube: KubeClient, resource: Resource, namespace: str | None) -> Callable[..., Any]:
     """The official client's list call for ``resource`` in ``namespace`` (None: all namespaces)."""
+    if resource == NODES:
+        return kube.core.list_node
     if resource == PODS:
         return functools.partial(kube.core.list_namespaced_pod, namespace) if namespace \
             else kube.core.list_pod_for_all_namespaces

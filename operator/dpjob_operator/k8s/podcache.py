@@ -47,6 +47,17 @@ class PodCache:
         with self._lock:
             return list(self._by_job.get((namespace, job_name), {}).values())
 
+    def jobs_on(self, node: str) -> list[JobKey]:
+        """Every job with a pod bound to ``node`` (a scan: asked only when a node's health changes)."""
+        with self._lock:
+            return sorted(key for key, pods in self._by_job.items() if any(p.node == node for p in pods.values()))
+
+    def node_changed(self, node: str) -> None:
+        """The node watch's callback: ``node``'s health or NoExecute taints changed, or it went. Every
+        job with a pod on it wants a pass at once (reconcile/node_loss.py)."""
+        for namespace, job_name in self.jobs_on(node):
+            self._on_change(namespace, job_name, True)
+
     # ---- writing --------------------------------------------------------------------------
 
     def _apply(self, event_type: str, pod: dict[str, Any]) -> tuple[JobKey, PodChange] | None:

@@ -8,7 +8,7 @@ is to blame is ``rootcause.root_cause``. This module finds the failure, records
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import replace
 
 from dpjob_operator.api.names import rank_pod_name
@@ -95,8 +95,9 @@ def on_failure(ctx: PassContext, current: Sequence[PodObservation], pod: PodObse
 
 
 def restart_gang(ctx: PassContext, current: Sequence[PodObservation], reason: str, counted: bool,
-                 message: str) -> None:
-    """Gang restart: bump the generation (in status, written first), delete every current pod."""
+                 message: str, force: Collection[str] = ()) -> None:
+    """Gang restart: bump the generation (in status, written first), delete every current pod; those
+    named in ``force`` with grace period 0 (their node is lost and will never confirm)."""
     gen = ctx.generation + 1
     failures = (ctx.status.failure_restarts or 0) + (1 if counted else 0)
     by_reason = dict(ctx.status.restarts_by_reason or {})
@@ -106,9 +107,11 @@ def restart_gang(ctx: PassContext, current: Sequence[PodObservation], reason: st
     ctx.status = replace(ctx.status, restarts=gen, failure_restarts=failures, restarts_by_reason=by_reason,
                          restarts_by_strategy=by_strategy, recreated_at=None,  # the new pods carry gen itself
                          last_restart=LastRestart(restart=gen, strategy="Recreate", reason=reason, time=ctx.now_s))
-    doomed = [p.name for p in current if not p.deleting]
+    doomed = [p.name for p in current if not p.deleting and p.name not in force]
     if doomed:
         ctx.actions.append(DeletePods(tuple(doomed), f"GangRestart{reason}"))
+    if force:
+        ctx.actions.append(DeletePods(tuple(force), f"GangRestart{reason}", force=True))
     ctx.cond(r.RUNNING, False, r.RESTARTING, message)
     ctx.cond(r.RESTARTING, True, reason, message)
     ctx.events.append(Event("Warning", r.GANG_RESTART, f"restart {gen}: {message}"))

@@ -42,6 +42,7 @@ from dpjob_operator.reconcile.goodput import account_goodput
 from dpjob_operator.reconcile.inplace import account_in_place, decide_strategy, fall_back_to_recreate
 from dpjob_operator.reconcile.kueue_gate import gate_on_kueue
 from dpjob_operator.reconcile.kueue_sync import sync_workload
+from dpjob_operator.reconcile.node_loss import apply_node_loss, settle_node_loss
 from dpjob_operator.reconcile.pool import pool_missing
 from dpjob_operator.reconcile.progress import apply_progress
 from dpjob_operator.reconcile.refusals import recover_fixed_spec
@@ -61,7 +62,8 @@ def plan_job(job: Job, status: Mapping[str, Any], pods: Sequence[PodObservation]
 
     ``gang`` is None when the ranks are scheduled one by one (the cluster has no gang API, the
     operator or the job disabled it). ``progress``: what rank 0 last reported (None: not read).
-    ``nodes``: the health of the nodes of pods stuck Terminating (None: not looked at).
+    ``nodes``: the health of the nodes of pods stuck Terminating, of failed ranks and of the current
+    gang (None: not looked at).
     ``in_place_served``: the cluster keeps restart rules and the operator allows them (reconcile/inplace.py).
     ``kueue``: the job's Kueue Workload, when Kueue queues the job (reconcile/kueue_gate.py).
     """
@@ -80,7 +82,7 @@ def plan_job(job: Job, status: Mapping[str, Any], pods: Sequence[PodObservation]
         pass
     elif (late := _start(ctx)) is not None:
         fail_job(ctx, current, r.DEADLINE_EXCEEDED, late)
-    elif (fall_back_to_recreate(ctx, current) or account_in_place(ctx, current)
+    elif (apply_node_loss(ctx, current) or fall_back_to_recreate(ctx, current) or account_in_place(ctx, current)
           or handle_failures(ctx, current) or apply_success(ctx, current) or apply_stall(ctx, current, progress)):
         pass
     else:
@@ -89,6 +91,7 @@ def plan_job(job: Job, status: Mapping[str, Any], pods: Sequence[PodObservation]
     sync_workload(ctx, ours, current, kueue)
     if phase not in r.TERMINAL:
         settle_stall(ctx)
+        settle_node_loss(ctx)
         report_waiting(ctx, current)
         apply_progress(ctx, progress)  # last: a pass that writes anyway takes the progress along
         account_goodput(ctx, progress)

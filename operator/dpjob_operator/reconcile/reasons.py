@@ -24,6 +24,7 @@ RANK_TABLE_READY = "RankTableReady"
 STALLED = "Stalled"   # also the reason of a stall (no step for runPolicy.stallTimeoutSeconds)
 WAITING = "Waiting"   # why the job is not running (reconcile/waiting.py)
 STUCK_TERMINATING = "StuckTerminating"  # a rank pod past its deletion deadline (reconcile/stuck.py)
+NODE_LOST = "NodeLost"  # a node under the current gang is lost: the gang restarts elsewhere (reconcile/node_loss.py)
 ADMITTED = "Admitted"  # Kueue admitted the job's Workload (reconcile/kueue_gate.py); also its reason when True
 
 # Reasons
@@ -61,6 +62,7 @@ CONTAINER_CONFIG_ERROR = "ContainerConfigError"  # Waiting: a rank's container c
 NODE_NOT_READY = "NodeNotReady"                  # StuckTerminating: on a node that is down: forced
 POD_STUCK_TERMINATING = "PodStuckTerminating"    # StuckTerminating: the node is Ready or unknown: reported
 CLEARED = "Cleared"                              # StuckTerminating=False
+NODES_HEALTHY = "NodesHealthy"                   # NodeLost=False: a gang runs again
 STRAGGLER = "Straggler"                          # status.progress.slowestRank appeared or changed
 STARTING = "Starting"                            # Waiting: ranks are being created or started
 RANK_TABLE_WRITE_FAILED = "RankTableWriteFailed"  # the API server refused to store a completed table
