@@ -33,7 +33,7 @@ def view(health: dict[str, str], no_execute: dict[str, tuple[str, ...]] | None =
 NODE_CASES = [
     ("gone", "Gone", (), True),
     ("NotReady, tainted unreachable", "NotReady", (UNREACHABLE,), True),
-    ("NotReady, tainted not-ready", "NotReady", (NOT_READY,), True),
+    ("NotReady, tainted not-ready: a kubelet that still reports", "NotReady", (NOT_READY,), False),
     ("NotReady for a moment: no taint yet", "NotReady", (), False),
     ("NotReady, only a health tool's NoExecute taint", "NotReady", ("gpu.health/xid-79",), False),
     ("Ready, a stale unreachable taint", "Ready", (UNREACHABLE,), False),

@@ -6,10 +6,11 @@ it), and one on a deleted Node stays as it was; Kubernetes evicts such pods only
 collective meanwhile. A node counts as *lost* when
 
 * it is gone (the Node object was deleted), or
-* it is NotReady (Ready False or Unknown) *and* carries the NoExecute taint
-  ``node.kubernetes.io/unreachable`` or ``node.kubernetes.io/not-ready``: the control plane itself
-  has given the node up (after its grace period, about 40 s on a default cluster). NotReady alone,
-  for a few seconds, is a kubelet's hiccup, not a loss.
+* it is NotReady *and* carries the NoExecute taint ``node.kubernetes.io/unreachable``: its kubelet
+  stopped reporting, and the control plane itself has given the node up (after its grace period,
+  40 to 50 s on a default cluster). Not ``node.kubernetes.io/not-ready``: that taint follows a
+  kubelet that still reports and says NotReady (its container runtime restarting, say), whose
+  containers usually run on; Kubernetes' own eviction after the pods' toleration covers it.
 
 A lost node under a rank of the current gang (Running, or Pending and bound) restarts the whole
 gang (Recreate), like a disruption: never charged to ``backoffLimit``, as the failure is the
@@ -32,7 +33,7 @@ from dpjob_operator.reconcile.context import PassContext
 from dpjob_operator.reconcile.failure import restart_gang
 
 # The node lifecycle controller's taints on a node it has given up (NoExecute: pods are evicted).
-LIFECYCLE_TAINTS = ("node.kubernetes.io/unreachable", "node.kubernetes.io/not-ready")
+LIFECYCLE_TAINTS = ("node.kubernetes.io/unreachable",)
 
 
 @dataclass(frozen=True)
