@@ -17,7 +17,6 @@ What differs from the chart's defaults, and why:
 
 from __future__ import annotations
 
-import argparse
 import json
 import subprocess
 import sys
@@ -28,7 +27,7 @@ import yaml
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from devcluster import realnode  # noqa: E402
+from devcluster import addon, realnode  # noqa: E402
 from devcluster.kube import kubectl  # noqa: E402
 from devcluster.state import BIN  # noqa: E402
 from devcluster.waits import TimedOut, wait_until  # noqa: E402
@@ -173,18 +172,7 @@ def diagnosis() -> str:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("command", choices=("install", "uninstall", "status"))
-    args = parser.parse_args()
-    if args.command == "install":
-        print(f"[kueue] installed: {install()}", file=sys.stderr)
-    elif args.command == "uninstall":
-        uninstall()
-    else:
-        ok = installed()
-        print(f"kueue: {'ready' if ok else 'not installed or not ready'}")
-        return 0 if ok else 1
-    return 0
+    return addon.main("kueue", __doc__.splitlines()[0], install, uninstall, installed)
 
 
 if __name__ == "__main__":

@@ -18,7 +18,6 @@ engine sees the packets of every node's bridge.
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from pathlib import Path
@@ -28,7 +27,7 @@ import yaml
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from devcluster import netfilter  # noqa: E402
+from devcluster import addon, netfilter  # noqa: E402
 from devcluster.kube import kubectl  # noqa: E402
 from devcluster.workloads import node_images  # noqa: E402
 
@@ -79,18 +78,7 @@ def diagnosis() -> str:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("command", choices=("install", "uninstall", "status"))
-    args = parser.parse_args()
-    if args.command == "install":
-        print(f"[netpol] installed: {install()}", file=sys.stderr)
-    elif args.command == "uninstall":
-        uninstall()
-    else:
-        ok = installed()
-        print(f"netpol: {'enforcing' if ok else 'not installed'}")
-        return 0 if ok else 1
-    return 0
+    return addon.main("netpol", __doc__.splitlines()[0], install, uninstall, installed)
 
 
 if __name__ == "__main__":
