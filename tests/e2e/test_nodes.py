@@ -14,6 +14,7 @@ import time
 from collections.abc import Iterator
 
 import pytest
+import yaml
 
 from devcluster import netpol, node_changes, stack
 from devcluster.real_nodes import node_ready
@@ -22,10 +23,12 @@ from devcluster.workloads import trainer_image
 from tests.support import cluster as dpj
 from tests.support.cluster import lease_holder
 from tests.support.operator import dev_lease
+from tests.support.paths import EXAMPLES
 from tests.support.realnode_jobs import log_events, reports, trainer_job, workdir
 from tests.support.waits import wait_until
 
-pytestmark = pytest.mark.e2e
+# The MindSpore image is built by its own e2e module first (cached); a cold machine builds it here.
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(1800)]
 SECOND = "real-1"
 
 
@@ -249,3 +252,20 @@ def test_the_standby_on_the_node_left_takes_over_from_a_leader_whose_node_dies(
     finally:
         node_changes.add_node(1)
         stack.install_operator()
+
+
+def test_mindspore_ranks_on_two_nodes_train_together_through_one_scheduler(api, core, namespace, operator,
+                                                                           two_nodes):
+    """examples/mindspore-cpu.yaml with one rank per node: rank pod 0's msrun hosts the scheduler,
+    the worker on the other node reaches it over the pod network, and both end identical."""
+    doc = spread(stack.run_on_real_node(yaml.safe_load((EXAMPLES / "mindspore-cpu.yaml").read_text())))
+    doc["spec"]["template"]["spec"]["containers"][0]["image"] = stack.trainer_mindspore_image()
+    name = doc["metadata"]["name"]
+    dpj.create(api, namespace, doc)
+    st = dpj.wait_phase(api, namespace, name, "Succeeded", timeout=420)
+    assert st["restarts"] == 0, st
+    assert sorted(nodes_of(core, namespace, name).values()) == ["real-0", "real-1"]
+    paths = sorted((stack.SHARED_DIR / namespace / name / "report").glob("report-rank*.json"))
+    rank0, rank1 = (json.loads(p.read_text()) for p in paths)
+    assert rank0["framework"] == "mindspore" and rank0["world_size"] == 2
+    assert rank0["param_sha256_steps"] == rank1["param_sha256_steps"], "the ranks' parameters diverged"
