@@ -167,7 +167,7 @@ def test_a_node_whose_kubelet_stops_is_left_and_the_job_resumes_on_the_node_left
         lost = time.monotonic() - stopped
         cond = next(c for c in st["conditions"] if c["type"] == "NodeLost")
         assert SECOND in cond["message"], cond
-        assert SECOND in (st.get("avoidNodes") or []), st
+        assert SECOND in (st.get("avoidNodes") or {}).get("nodes", []), st
         assert any(SECOND in e.get("message", "") for e in dpj.wait_event(namespace, name, "NodeLost"))
         resumed = wait_until(lambda: [e for e in log_events(namespace, f"{name}-rank-0", "start")
                                       if e.get("start_step", 0) > 0], timeout=180, interval=0.5,
@@ -177,6 +177,7 @@ def test_a_node_whose_kubelet_stops_is_left_and_the_job_resumes_on_the_node_left
         assert set(nodes_of(core, namespace, name, restart=1).values()) == {"real-0"}
         done = dpj.wait_phase(api, namespace, name, "Succeeded", timeout=300)
         assert done.get("failureRestarts", 0) == 0, "a lost node was charged to the job's restart budget"
+        assert done["restartsByReason"] == {"NodeLost": 1}, done
         rs = reports(namespace, name)
         assert len(rs) == 2 and all(r["steps"] == steps and r["resumed_from_step"] > 0 for r in rs), rs
     finally:
