@@ -45,6 +45,22 @@ def kill_containers(node: RealNode) -> None:
                 os.kill(int(proc.name), signal.SIGKILL)
 
 
+def kill_strays(node: RealNode) -> None:
+    """A containerd or kubelet of this node that no pid file names (an interrupted ``up`` started
+    it): a second containerd would wait for ever on the first one's lock of the shared content store."""
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            cmd = (proc / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if Path(cmd[0].decode(errors="replace")).name in ("containerd", "kubelet") and \
+                any(str(node.state).encode() in arg for arg in cmd[1:]):
+            with contextlib.suppress(OSError):
+                os.kill(int(proc.name), signal.SIGKILL)
+
+
 def unmount_under(path: Path) -> None:
     """The kubelet mounts secrets and configmaps as tmpfs under its root dir; unmount before rm."""
     try:
@@ -87,6 +103,7 @@ def remove_cgroups(node: RealNode) -> None:
 
 def wipe(node: RealNode) -> None:
     kill_containers(node)
+    kill_strays(node)
     unmount_under(node.state)
     remove_network(node)
     remove_cgroups(node)

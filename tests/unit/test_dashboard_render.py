@@ -281,3 +281,14 @@ def test_an_unreachable_prometheus_fails_in_one_line(tmp_path, capsys):
 @pytest.mark.parametrize(("since", "step"), [(60, 1), (400, 1), (3600, 9), (86400, 216)])
 def test_step_keeps_a_series_under_the_point_budget(since, step):
     assert pictures.step_seconds(since) == step
+
+
+@pytest.mark.parametrize("path", sorted(dashboards.DASHBOARD_DIR.glob("*.json")), ids=lambda p: p.stem)
+def test_the_committed_picture_was_drawn_from_the_dashboard_as_it_is(path):
+    """A dashboard changed after its picture was drawn: the picture in docs/ shows panels that are
+    not there any more (or misses new ones)."""
+    picture = REPO / "docs" / "images" / "dashboards" / f"{path.stem}.svg"
+    assert picture.exists(), f"{picture} is missing: run `make dev` then `make dashboard-pictures` and commit it"
+    assert pictures.source_digest(path) in picture.read_text(), (
+        f"{picture.name} was drawn from an older {path.name}: run `make dev` then `make dashboard-pictures` "
+        "and commit docs/images/dashboards/")
