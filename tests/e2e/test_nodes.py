@@ -15,6 +15,7 @@ from collections.abc import Iterator
 
 import pytest
 import yaml
+from kubernetes import client
 
 from devcluster import netpol, node_changes, stack
 from devcluster.real_nodes import node_ready
@@ -33,14 +34,33 @@ SECOND = "real-1"
 
 
 @pytest.fixture(scope="module")
-def two_nodes(cluster) -> Iterator[list[str]]:
+def two_nodes(cluster, api) -> Iterator[list[str]]:
     if not node_changes.running_nodes():
         pytest.fail("the cluster has no real node (DPJOB_REAL_NODES=0): unset it and run `make cluster-down test`")
     node_changes.add_node(1)
     netpol.install()
+    # A new node pulls the multi-GB trainer image on its first pod: ranks on the other node would
+    # wait for it past their rendezvous timeout. Pull it first, as an image pre-puller would.
+    prepull(client.CoreV1Api(api), SECOND, trainer_image())
     yield ["real-0", SECOND]
     netpol.uninstall()
     node_changes.remove_node(1)
+
+
+def prepull(core, node: str, image: str, namespace: str = "default") -> None:
+    """Run a no-op container of ``image`` on ``node`` to its end: the node then holds the image."""
+    name = f"prepull-{abs(hash((node, image))) % 10**8}"
+    core.create_namespaced_pod(namespace, {
+        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
+        "spec": {"restartPolicy": "Never", "nodeName": node, "tolerations": [dict(TOLERATION)],
+                 "automountServiceAccountToken": False,
+                 "containers": [{"name": "pull", "image": image, "command": ["python", "-c", "pass"],
+                                 "imagePullPolicy": "IfNotPresent"}]}})
+    try:
+        wait_until(lambda: core.read_namespaced_pod(name, namespace).status.phase in ("Succeeded", "Failed"),
+                   timeout=900, interval=1, what=f"{image} pulled on {node}")
+    finally:
+        core.delete_namespaced_pod(name, namespace, grace_period_seconds=0)
 
 
 def spread(job: dict, hard: bool = True) -> dict:
@@ -260,7 +280,8 @@ def test_mindspore_ranks_on_two_nodes_train_together_through_one_scheduler(api, 
     """examples/mindspore-cpu.yaml with one rank per node: rank pod 0's msrun hosts the scheduler,
     the worker on the other node reaches it over the pod network, and both end identical."""
     doc = spread(stack.run_on_real_node(yaml.safe_load((EXAMPLES / "mindspore-cpu.yaml").read_text())))
-    doc["spec"]["template"]["spec"]["containers"][0]["image"] = stack.trainer_mindspore_image()
+    doc["spec"]["template"]["spec"]["containers"][0]["image"] = image = stack.trainer_mindspore_image()
+    prepull(core, SECOND, image)
     name = doc["metadata"]["name"]
     dpj.create(api, namespace, doc)
     st = dpj.wait_phase(api, namespace, name, "Succeeded", timeout=420)
