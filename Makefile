@@ -80,9 +80,12 @@ test-mindspore: ## the MindSpore backend's tests (unit + msrun e2e) with its own
 	  tests/e2e/test_mindspore_local.py $(PYTEST_ARGS)
 
 # lint comes before cluster-up so a lint failure is reported in seconds, before any cluster work.
+# The chaos drills run shorter here (2 minutes of churn, 3 API-server restarts) than in `make chaos`.
 # The MindSpore tests come first (no cluster, ~1 min): the torch run below deselects them.
 test: lint cluster-up kubeflow kueue-binary netpol-binary test-mindspore ## lint, then every test: unit, integration (real control plane), end-to-end, MindSpore
-	@venv=$(VENV); KUBECONFIG=$(KUBECONFIG_PATH) bash devcluster/pytest.sh "$$venv/bin/python" -m "not mindspore" $(PYTEST_ARGS)
+	@venv=$(VENV); KUBECONFIG=$(KUBECONFIG_PATH) DPJOB_CHURN_SECONDS=$${DPJOB_CHURN_SECONDS:-120} \
+	  DPJOB_APISERVER_RESTARTS=$${DPJOB_APISERVER_RESTARTS:-3} \
+	  bash devcluster/pytest.sh "$$venv/bin/python" -m "not mindspore" $(PYTEST_ARGS)
 
 chaos: cluster-up ## only the chaos drills (API-server restarts, a 429 storm, two replicas under churn); `make test` runs them last
 	@venv=$(VENV); KUBECONFIG=$(KUBECONFIG_PATH) bash devcluster/pytest.sh "$$venv/bin/python" -m chaos tests/chaos $(PYTEST_ARGS)

@@ -1,4 +1,4 @@
-"""Chaos drill: kube-apiserver restarted 5 times while 20 jobs run. Nothing may restart.
+"""Chaos drill: kube-apiserver restarted 5 times (3 in ``make test``) while 20 jobs run. Nothing may restart.
 
 Every restart breaks the operator's pod watch (relist), its job watch (kopf re-lists) and its
 Lease renewals; an API-server upgrade or crash does the same in a real cluster. An outage longer
@@ -11,6 +11,7 @@ gangs (uncharged, so nothing else would notice): here every job must keep its po
 
 from __future__ import annotations
 
+import os
 import time
 
 import pytest
@@ -22,7 +23,8 @@ from tests.support.waits import wait_until
 
 pytestmark = pytest.mark.chaos
 
-JOBS, RANKS, RESTARTS = 20, 4, 5
+# ``make test`` restarts the API server 3 times (DPJOB_APISERVER_RESTARTS), ``make chaos`` 5.
+JOBS, RANKS, RESTARTS = 20, 4, int(os.environ.get("DPJOB_APISERVER_RESTARTS", "5"))
 
 
 def _snapshot(api, core, namespace: str) -> dict[str, tuple[str, int, tuple[str, ...]]]:
