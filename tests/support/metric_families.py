@@ -49,5 +49,9 @@ def trainer_families() -> list[Family]:
     m.set_checkpoint(1, 1.0)
     m.observe_checkpoint(0.5)
     m.observe_nonfinite_step()
+    from dpjob_trainer.handshake import WarmCause
+
+    m.set_warm_restarts(1)
+    m.set_warm_cause(WarmCause(rank=1, exit_code=137, failed_at=1.0))
     return [f for f in _families("trainer", m.registry)
             if f.name.startswith("dpjob_")]  # process_* and python_gc_* are prometheus-client's own

@@ -27,6 +27,10 @@ def test_every_metric_is_exposed_with_its_type():
     from dpjob_trainer.stragglers import StepTimes
 
     m.set_step_times(StepTimes(slowest_rank=1, slowest_seconds=0.03, median_seconds=0.01, straggler=1))
+    from dpjob_trainer.handshake import WarmCause
+
+    m.set_warm_restarts(1)
+    m.set_warm_cause(WarmCause(rank=1, exit_code=137, failed_at=1e9))
     families = {f.name: f for f in text_string_to_metric_families(generate_latest(m.registry).decode())}
     types = {
         "dpjob_trainer_step_duration_seconds": "histogram",

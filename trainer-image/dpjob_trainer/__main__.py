@@ -8,7 +8,9 @@ one line naming what to fix. Flags and exit codes are documented in docs/trainer
 from __future__ import annotations
 
 import argparse
+import contextlib
 import functools
+import io
 import os
 import sys
 from collections.abc import Sequence
@@ -23,6 +25,7 @@ from .metrics import NullMetrics, TrainerMetrics, linger
 from .peerloss import EXIT_PEER_LOST, is_peer_loss
 from .ranktable import RankTableTimeout, must_wait_for_rank_table, wait_for_rank_table
 from .stragglers import DEFAULT_FACTOR
+from .warm import Supervisor, WarmPolicy, request_cold_restart, warm_policy
 
 
 def _announce_wait(path: str, status: str | None) -> None:
@@ -187,6 +190,7 @@ def _run_torch(args: argparse.Namespace, env: DistEnv, metrics: NullMetrics) -> 
 
     from .config import ConfigError, TrainConfig
     from .distributed import RendezvousError
+    from .handshake import GangMovedOn
     from .stop_flag import StopFlag
     from .tasks import TaskError
     from .train import Trainer
@@ -199,6 +203,9 @@ def _run_torch(args: argparse.Namespace, env: DistEnv, metrics: NullMetrics) -> 
         code = trainer.run()
     except (EnvError, RendezvousError, ConfigError, TaskError) as exc:
         raise _UsageError(str(exc)) from exc
+    except GangMovedOn as exc:
+        request_cold_restart()
+        _exit_peer_lost(exc)
     except RuntimeError as exc:
         if not is_peer_loss(exc):
             raise
@@ -243,12 +250,41 @@ def main(argv: Sequence[str] | None = None) -> int:
     return code
 
 
+def _preload() -> None:
+    """What every training process imports, once in the supervisor before the first fork (its warm
+    state). Only imports: no thread and no OpenMP pool may exist in a process that forks."""
+    import torch
+    import torch.distributed  # noqa: F401
+
+    from . import checkpoint, devices, distributed, loop, tasks, train  # noqa: F401
+
+
+def _warm(argv: Sequence[str] | None) -> WarmPolicy | None:
+    """The warm-restart policy when this process should supervise (warm.py): torch, metrics on, a
+    valid environment. Anything wrong is left to ``main``, which says it in one line."""
+    with contextlib.redirect_stderr(io.StringIO()):
+        try:
+            args, _ = build_parser().parse_known_args(argv)
+            if resolve_framework(args.framework, os.environ) != "torch":
+                return None
+            parse_env(os.environ)
+        except (SystemExit, FrameworkError, EnvError):
+            return None
+    return warm_policy(os.environ, args.metrics_port)
+
+
 def run(argv: Sequence[str] | None = None) -> int:
-    """``main`` with its exit code recorded for a pod restarted in place (exit_record.py)."""
+    """``main`` with its exit code recorded for a pod restarted in place (exit_record.py), in
+    training processes forked by a warm-restart supervisor when the operator asks for one."""
     mark_running()
     code = 1  # an uncaught exception: Python's own exit code
     try:
-        code = main(argv)
+        policy = _warm(argv)
+        if policy is None:
+            code = main(argv)
+        else:
+            _preload()
+            code = Supervisor(policy, functools.partial(main, argv), before_start=mark_running).run()
     finally:
         record_exit(code)
     return code

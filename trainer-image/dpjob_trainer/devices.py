@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 from torch.nn.parallel import DistributedDataParallel
 
 from .config import ConfigError, TrainConfig
 from .distributed import CommHook, init_process_group
 from .env import DistEnv, device_for, select_backend
+from .handshake import WarmCause
 
 
 def _npu_available() -> bool:
@@ -26,7 +29,8 @@ def _device_count(backend: str) -> int:
     return 0
 
 
-def setup_device(cfg: TrainConfig, env: DistEnv) -> tuple[str, torch.device]:
+def setup_device(cfg: TrainConfig, env: DistEnv,
+                 on_cause: Callable[[WarmCause], None] | None = None) -> tuple[str, torch.device]:
     """Pick the backend and this rank's device, make it current, and join the process group."""
     backend = select_backend(
         env.requested_backend, cuda_available=torch.cuda.is_available(), npu_available=_npu_available()
@@ -38,7 +42,7 @@ def setup_device(cfg: TrainConfig, env: DistEnv) -> tuple[str, torch.device]:
         torch.npu.set_device(device)  # type: ignore[attr-defined]
     if env.joins_process_group:
         init_process_group(env, backend, str(device), rendezvous_timeout=cfg.rendezvous_timeout,
-                           collective_timeout=cfg.collective_timeout)
+                           collective_timeout=cfg.collective_timeout, on_cause=on_cause)
     return backend, device
 
 

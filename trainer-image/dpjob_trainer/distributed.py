@@ -17,6 +17,7 @@ ready, which is how exposed communication is measured (see CommHook).
 # No "from __future__ import annotations" here: DDP.register_comm_hook inspects the hook's
 # annotations at runtime and rejects string annotations.
 
+import os
 import threading
 import time
 from collections.abc import Callable
@@ -27,6 +28,11 @@ import torch
 import torch.distributed as dist
 
 from .env import DistEnv, bound_device
+from .handshake import GangMovedOn, WarmCause, blame, gather, join
+from .warm import PREVIOUS_ENV
+
+#: A rank that reached a rank 0 still running the gang before tries again this soon.
+STALE_RETRY_SECONDS = 0.05
 
 
 class RendezvousError(RuntimeError):
@@ -38,7 +44,8 @@ def _first_line(exc: BaseException) -> str:
     return text[0].rstrip(". ") if text else type(exc).__name__
 
 
-def _connect_store(env: DistEnv, host: str, port: int, rendezvous_timeout: float) -> dist.TCPStore:
+def _connect_store(env: DistEnv, host: str, port: int, rendezvous_timeout: float,
+                   on_cause: Callable[[WarmCause], None] | None = None) -> dist.TCPStore:
     """Rank 0 listens on MASTER_PORT and waits for every rank; the others connect to it, retrying
     until ``rendezvous_timeout``. RendezvousError says which side gave up and why."""
     address = env.rendezvous_address
@@ -75,11 +82,40 @@ def _connect_store(env: DistEnv, host: str, port: int, rendezvous_timeout: float
                 ) from exc
             # Clients retry: the rank-0 pod's DNS name may not resolve yet, or its store not listen yet.
             time.sleep(min(1.0, max(deadline - time.monotonic(), 0)))
+            continue
+        if not _handshake(store, env, on_cause):
+            # A rank 0 of the gang before, not yet gone: wait for this gang's (handshake.py).
+            last_error = f"rank 0 at {address} still runs the gang before {env.generation}"
+            store = None
+            time.sleep(STALE_RETRY_SECONDS)
     return store
 
 
+def _handshake(store: dist.TCPStore, env: DistEnv, on_cause: Callable[[WarmCause], None] | None) -> bool:
+    """True when this rank joined its gang; False: try again (handshake.py)."""
+    previous = os.environ.get(PREVIOUS_ENV, "")
+    if env.rank != 0:
+        try:
+            return join(store, env.rank, env.generation, previous)
+        except GangMovedOn:
+            raise
+        except (RuntimeError, OSError, TimeoutError):
+            return False  # the rank 0 of the gang before went away while we spoke: the new one comes
+    try:
+        cause = blame(gather(store, env.world_size, env.generation, previous))
+    except GangMovedOn:
+        raise
+    except (RuntimeError, OSError, TimeoutError) as exc:
+        raise RendezvousError(f"rendezvous at {env.rendezvous_address} for gang {env.generation} failed: "
+                              f"{_first_line(exc)}") from exc
+    if cause is not None and on_cause is not None:
+        on_cause(cause)
+    return True
+
+
 def init_process_group(
-    env: DistEnv, backend: str, device: str, *, rendezvous_timeout: float, collective_timeout: float
+    env: DistEnv, backend: str, device: str, *, rendezvous_timeout: float, collective_timeout: float,
+    on_cause: Callable[[WarmCause], None] | None = None,
 ) -> None:
     """Join the job's process group on ``device`` (this process's own, from LOCAL_RANK) or raise
     RendezvousError."""
@@ -97,7 +133,7 @@ def init_process_group(
 
     if env.master_addr is None or env.master_port is None:  # read_env requires both when WORLD_SIZE > 1
         raise RendezvousError("a process group of more than one rank needs MASTER_ADDR and MASTER_PORT; set both")
-    store = _connect_store(env, env.master_addr, env.master_port, rendezvous_timeout)
+    store = _connect_store(env, env.master_addr, env.master_port, rendezvous_timeout, on_cause)
     try:
         dist.init_process_group(backend, store=store, rank=env.rank, world_size=env.world_size, timeout=collective,
                                 device_id=device_id)

@@ -22,6 +22,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from .exit_record import restarts_in_place
+from .warm import attempt
 
 BACKENDS = ("nccl", "gloo", "hccl")
 
@@ -45,6 +46,12 @@ class DistEnv:
     restart_count: int
     rank_table_file: str | None
     under_torchrun: bool
+    warm_restart: int = 0  # this container's warm restarts before this process (warm.py)
+
+    @property
+    def generation(self) -> str:
+        """The gang this process belongs to: the pod's generation, then the warm restarts within it."""
+        return f"{self.restart_count}.{self.warm_restart}"
 
     @property
     def distributed(self) -> bool:
@@ -159,6 +166,7 @@ def parse_env(environ: Mapping[str, str]) -> DistEnv:
         restart_count=restart_count,
         rank_table_file=(environ.get("RANK_TABLE_FILE") or "").strip() or None,
         under_torchrun=bool(environ.get("TORCHELASTIC_RUN_ID")),
+        warm_restart=attempt(environ),
     )
 
 

@@ -10,6 +10,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from .handshake import WarmCause
 from .stragglers import StepTimes
 
 STEP_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
@@ -37,6 +38,7 @@ class Snapshot:
     nonfinite_steps: int
     step_times: StepTimes | None
     first_step: tuple[int, float] | None = None  # this process's first step: global step, unix time
+    warm: tuple[int, WarmCause | None] = (0, None)  # warm restarts before this process; rank 0: their cause
 
 
 def families(s: Snapshot) -> Iterator[Any]:
@@ -63,6 +65,7 @@ def families(s: Snapshot) -> Iterator[Any]:
         yield from _first_step_gauges(GaugeMetricFamily, s.first_step)
     if s.step_times is not None:  # rank 0 of a multi-rank job, after the first steps
         yield from _step_time_gauges(GaugeMetricFamily, s.step_times)
+    yield from _warm_gauges(GaugeMetricFamily, *s.warm)
     yield _histogram(HistogramMetricFamily, "dpjob_trainer_checkpoint_duration_seconds",
                      "Time to save a checkpoint, including the wait for rank 0's write.",
                      CHECKPOINT_BUCKETS, s.ckpt_buckets, s.ckpt_sum)
@@ -109,6 +112,20 @@ def _first_step_gauges(cls: Any, first: tuple[int, float]) -> Iterator[Any]:
               value=step)
     yield cls("dpjob_trainer_first_step_timestamp_seconds", "Unix time this process finished its first step.",
               value=timestamp)
+
+
+def _warm_gauges(cls: Any, count: int, cause: WarmCause | None) -> Iterator[Any]:
+    """Warm restarts (warm.py): the operator counts them against backoffLimit from rank 0's."""
+    yield cls("dpjob_trainer_warm_restarts", "Training processes this container's supervisor restarted before "
+              "this one (the container itself did not restart).", value=count)
+    if cause is None:
+        return
+    yield cls("dpjob_trainer_warm_restart_rank", "Rank whose training process ended first before the last warm "
+              "restart; served by rank 0.", value=cause.rank)
+    yield cls("dpjob_trainer_warm_restart_exit_code", "Exit code of that process (128 + signal when killed).",
+              value=cause.exit_code)
+    yield cls("dpjob_trainer_warm_restart_failed_timestamp_seconds", "Unix time that process ended.",
+              value=cause.failed_at)
 
 
 def _step_time_gauges(cls: Any, t: StepTimes) -> Iterator[Any]:

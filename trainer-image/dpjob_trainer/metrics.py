@@ -31,6 +31,7 @@ from bisect import bisect_left
 from collections.abc import Iterator
 from typing import Any
 
+from .handshake import WarmCause
 from .metric_families import CHECKPOINT_BUCKETS, STEP_BUCKETS, Snapshot, families
 from .stragglers import StepTimes
 
@@ -60,6 +61,11 @@ METRIC_NAMES = (
     "dpjob_trainer_slowest_rank_ratio",
     "dpjob_trainer_rank_step_seconds_median",
     "dpjob_trainer_straggler_rank",
+    # a training process restarted warm in its container (warm.py); the cause on rank 0 (handshake.py)
+    "dpjob_trainer_warm_restarts",
+    "dpjob_trainer_warm_restart_rank",
+    "dpjob_trainer_warm_restart_exit_code",
+    "dpjob_trainer_warm_restart_failed_timestamp_seconds",
 )
 
 
@@ -99,6 +105,12 @@ class NullMetrics:
         pass
 
     def set_checkpoint(self, step: int, timestamp: float | None) -> None:
+        pass
+
+    def set_warm_restarts(self, count: int) -> None:
+        pass
+
+    def set_warm_cause(self, cause: WarmCause) -> None:
         pass
 
     def close(self) -> None:
@@ -143,6 +155,7 @@ class TrainerMetrics(NullMetrics):
         self._nonfinite_steps = 0
         self._step_times: StepTimes | None = None
         self._first_step: tuple[int, float] | None = None  # global step, unix time
+        self._warm: tuple[int, WarmCause | None] = (0, None)
         self._server: Any = None
         self._thread: Any = None
         self.registry.register(self)
@@ -201,6 +214,16 @@ class TrainerMetrics(NullMetrics):
         with self._lock:
             self._checkpoint = (step, timestamp)
 
+    def set_warm_restarts(self, count: int) -> None:
+        """This container's warm restarts before this process (warm.py)."""
+        with self._lock:
+            self._warm = (count, self._warm[1])
+
+    def set_warm_cause(self, cause: WarmCause) -> None:
+        """Rank 0: the rank whose process ended first, and how (handshake.py)."""
+        with self._lock:
+            self._warm = (self._warm[0], cause)
+
     def observe_checkpoint(self, duration: float) -> None:
         bucket = bisect_left(CHECKPOINT_BUCKETS, duration)
         with self._lock:
@@ -225,7 +248,7 @@ class TrainerMetrics(NullMetrics):
                 comm_exposed=self._comm_exposed, global_samples=self._global_samples, gauges=self._gauges,
                 total_steps=self._total_steps, checkpoint=self._checkpoint, ckpt_buckets=list(self._ckpt_buckets),
                 ckpt_sum=self._ckpt_sum, nonfinite_steps=self._nonfinite_steps, step_times=self._step_times,
-                first_step=self._first_step,
+                first_step=self._first_step, warm=self._warm,
             )  # fmt: skip
         yield from families(snapshot)
 

@@ -49,7 +49,7 @@ def announce_start(ctx: RunContext, task: Task, start_step: int) -> None:
     ctx.log(
         "start", world_size=env.world_size, local_rank=env.local_rank, backend=ctx.backend,
         device=str(ctx.device), task=task.name, job=env.job_name, restart_count=env.restart_count,
-        start_step=start_step,
+        warm_restart=env.warm_restart, start_step=start_step,
         total_steps=s.total_steps, batch_size=s.batch_size, global_batch_size=s.plan.window_size,
         grad_accum=cfg.grad_accum, grad_reduction=cfg.grad_reduction, lr=s.lr, precision=ctx.precision.name,
         amp=ctx.precision.name != "fp32", tail=cfg.tail,

@@ -23,6 +23,7 @@ from .distributed import shutdown_process_group
 from .env import DistEnv
 from .exits import EXIT_OK, EXIT_PREEMPTED
 from .faults import StepHooks, step_hooks
+from .handshake import WarmCause
 from .loop import Loop, LoopEnd
 from .metrics import NullMetrics
 from .nonfinite import EXIT_NONFINITE, NonfinitePolicy
@@ -55,7 +56,8 @@ class Trainer:
     def _prepare(self) -> tuple[RunContext, Task]:
         """Device and process group, the task, the settings it implies and the precision."""
         cfg = self.cfg
-        backend, device = setup_device(cfg, self.env)
+        self.io.metrics.set_warm_restarts(self.env.warm_restart)
+        backend, device = setup_device(cfg, self.env, self._warm_cause)
         if cfg.entrypoint:
             task = load_entrypoint(cfg.entrypoint, seed=cfg.seed)
         else:
@@ -64,6 +66,12 @@ class Trainer:
         settings = resolve_settings(cfg, self.env, task)
         precision = resolve_precision(cfg, device, self.io.log)
         return RunContext(cfg, self.io, backend, device, settings, precision), task
+
+    def _warm_cause(self, cause: WarmCause) -> None:
+        """Rank 0 of a gang restarted warm: who failed first, for the operator's books (warm.py)."""
+        self.io.metrics.set_warm_cause(cause)
+        self.io.log("warm_restart", generation=self.env.generation, failed_rank=cause.rank,
+                    exit_code=cause.exit_code, failed_at=cause.failed_at)
 
     def run(self) -> int:
         ctx, task = self._prepare()
