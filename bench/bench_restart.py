@@ -2,8 +2,12 @@
 
 Real node (the default): for each ``--ranks`` and each of ``--reps`` repetitions, one job of the
 trainer image per strategy, interleaved (InPlace, Recreate, InPlace, ...), on the dev cluster's
-real node with ``--log-every 1`` and a checkpoint every 10 steps. Once the job is Running, has a
-checkpoint and a few steps more, rank 1's trainer process is SIGKILLed on this host; the clock
+real node with ``--log-every 1`` and a checkpoint every 10 steps. Three ways to restart: ``Warm``
+(an InPlace job with metrics on: the trainer's supervisor replaces the training process inside the
+container, dpjob_trainer/warm.py), ``InPlace`` (metrics off, so no supervisor: the kubelet restarts
+every container of the pods) and ``Recreate`` (new pods). Once the job is Running, has a
+checkpoint and a few steps more, rank 1's trainer is SIGKILLed on this host (Warm: its training
+process; otherwise every trainer process of the container, which ends it); the clock
 runs from the kill to the moment the LAST rank logged its first step of the next generation (the
 trainer's own JSON log line and its wall-clock ``time``: bench/restart_report.py). The job is
 deleted, and its pods gone, before the next one starts.
@@ -53,20 +57,29 @@ from bench.restart_report import STRATEGIES, markdown, recovery, resumed_at, run
 from tests.support import cluster as dpj  # noqa: E402
 from tests.support.operator import OperatorProcess  # noqa: E402
 from tests.support.paths import DEVCLUSTER, KUBECONFIG  # noqa: E402
-from tests.support.realnode_jobs import container_pids, log_lines, trainer_job, workdir  # noqa: E402
+from tests.support.realnode_jobs import container_pids, log_lines, trainer_job, training_pids, workdir  # noqa: E402
 from tests.support.waits import TimedOut, wait_until  # noqa: E402
 
 KILLED_RANK = 1
 CHECKPOINT_EVERY = 10
 STEPS = 100_000  # more than any run lasts: each job is deleted once it has resumed
-GENERATION = 1  # one kill per job: the gang that resumes runs generation 1
+GENERATION = 1  # one kill per job: the gang that resumes runs generation 1 (pod generation + warm restarts)
+WARM = "Warm"
 
 Run = Callable[[str, int, int], dict[str, Any]]
 
 
-def trainer_args(base: Path) -> list[str]:
+def trainer_args(base: Path, strategy: str) -> list[str]:
+    """Warm: metrics on (the operator reads them), so the trainer supervises; otherwise off, so the
+    kubelet's restart (InPlace) or new pods (Recreate) are what is timed."""
+    metrics = [] if strategy == WARM else ["--metrics-port", "0"]
     return ["--task", "mlp", "--steps", str(STEPS), "--checkpoint-every", str(CHECKPOINT_EVERY),
-            "--checkpoint-dir", f"{base}/ckpt", "--metrics-port", "0", "--log-every", "1"]
+            "--checkpoint-dir", f"{base}/ckpt", *metrics, "--log-every", "1"]
+
+
+def job_strategy(strategy: str) -> str:
+    """The job's runPolicy.restartStrategy: a warm restart is what an InPlace job's trainer does."""
+    return "InPlace" if strategy == WARM else strategy
 
 
 def _last_step(ns: str, pod: str) -> int:
@@ -85,13 +98,15 @@ def _wait_training(api: client.ApiClient, ns: str, name: str, strategy: str, tim
                interval=0.5, what=f"{name}: a few steps after the checkpoint")
 
 
-def _kill_and_time(api: client.ApiClient, meter: RunMeter, ns: str, name: str, ranks: int,
+def _kill_and_time(api: client.ApiClient, meter: RunMeter, ns: str, name: str, ranks: int, strategy: str,
                    timeout: float) -> dict[str, Any]:
-    """SIGKILL rank 1's trainer; seconds until every rank stepped again, and the operator's requests meanwhile."""
-    pids = wait_until(lambda: container_pids(ns, name, KILLED_RANK), 30, what=f"{name}: rank 1's trainer process")
+    """SIGKILL rank 1's trainer (Warm: its training process, the supervisor stays); seconds until every
+    rank stepped again, and the operator's requests meanwhile."""
+    find = training_pids if strategy == WARM else container_pids
+    pids = wait_until(lambda: find(ns, name, KILLED_RANK), 30, what=f"{name}: rank 1's trainer process")
     end = meter.begin("dpjob")
     killed_at = time.time()
-    for pid in pids:  # pid 1 of the container: the container dies with it
+    for pid in pids:  # with pid 1 of the container, the container dies
         os.kill(pid, signal.SIGKILL)
     since = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(killed_at))  # whole seconds: at or before the kill
 
@@ -111,24 +126,25 @@ def run_real(strategy: str, ranks: int, rep: int, core: client.CoreV1Api, custom
     """One job of ``ranks`` trainer ranks on the real node with ``strategy``, killed once."""
     name = f"r{ranks}-{strategy.lower()}-{rep}"
     row: dict[str, Any] = {"mode": "real", "ranks": ranks, "strategy": strategy, "rep": rep}
-    job = trainer_job(name, trainer_args(workdir(ns, name)), replicas=ranks, backoff_limit=3)
-    job["spec"]["runPolicy"]["restartStrategy"] = strategy
+    job = trainer_job(name, trainer_args(workdir(ns, name), strategy), replicas=ranks, backoff_limit=3)
+    job["spec"]["runPolicy"]["restartStrategy"] = job_strategy(strategy)
     dpj.create(core.api_client, ns, job)
     try:
-        _wait_training(core.api_client, ns, name, strategy, timeout)
-        row.update(_kill_and_time(core.api_client, meter, ns, name, ranks, timeout))
+        _wait_training(core.api_client, ns, name, job_strategy(strategy), timeout)
+        row.update(_kill_and_time(core.api_client, meter, ns, name, ranks, strategy, timeout))
     finally:
         delete_job(custom, core, ns, name)
         shutil.rmtree(workdir(ns, name), ignore_errors=True)
     return row
 
 
-def runs(sizes: list[int], reps: int, mode: str, run: Run) -> list[dict[str, Any]]:
+def runs(sizes: list[int], reps: int, mode: str, run: Run,
+         strategies: tuple[str, ...] = STRATEGIES) -> list[dict[str, Any]]:
     """Every run, strategies interleaved, printed as it finishes; one that timed out is kept as missing."""
     rows: list[dict[str, Any]] = []
     for ranks in sizes:
         for rep in range(reps):
-            for strategy in STRATEGIES:
+            for strategy in strategies:
                 try:
                     row = run(strategy, ranks, rep)
                 except TimedOut as e:
@@ -216,7 +232,9 @@ def main(argv: list[str] | None = None) -> int:
             meter = RunMeter(core, {"dpjob": sample}, {})
             run = functools.partial(run_kwok if args.kwok else run_real, core=core, custom=custom, meter=meter,
                                     ns=ns, timeout=args.timeout)
-            rows = runs([args.kwok] if args.kwok else args.ranks, args.reps, "kwok" if args.kwok else "real", run)
+            # kwok runs no trainer, so no warm restart: only the operator's side of the other two
+            rows = runs([args.kwok] if args.kwok else args.ranks, args.reps, "kwok" if args.kwok else "real", run,
+                        tuple(s for s in STRATEGIES if s != WARM) if args.kwok else STRATEGIES)
     finally:
         delete_namespace(core, ns)
         if args.kwok:

@@ -3,7 +3,9 @@ per ranks and strategy, and the markdown table.
 
 A rank has stepped again when its trainer logged a ``step`` after the ``start`` of the generation
 that followed the kill (the trainer's JSON log lines, dpjob_trainer/events.py: every line carries
-its wall-clock ``time``; ``start`` carries ``restart_count``, the gang generation the trainer runs).
+its wall-clock ``time``; ``start`` carries ``restart_count``, the pod generation the trainer runs,
+and ``warm_restart``, its container's warm restarts: their sum counts the restarts since the first
+start).
 A ``step`` of an older generation (a rank that finished a step before it noticed its peer was gone)
 does not count.
 """
@@ -16,7 +18,10 @@ from typing import Any
 
 from bench.report import median_spread
 
-STRATEGIES = ("InPlace", "Recreate")
+#: Warm: an InPlace job whose trainer supervises (metrics on), its training process killed; InPlace: the
+#: kubelet's restart of every container (the trainer does not supervise); Recreate: new pods.
+STRATEGIES = ("Warm", "InPlace", "Recreate")
+SLOWEST = "Recreate"
 WRITES = ("POST", "PUT", "PATCH", "DELETE")
 
 
@@ -25,7 +30,7 @@ def resumed_at(events: Iterable[Mapping[str, Any]], generation: int) -> float | 
     started = False
     for event in events:
         if event.get("event") == "start":
-            started = int(event.get("restart_count", -1)) >= generation
+            started = int(event.get("restart_count", -1)) + int(event.get("warm_restart", 0)) >= generation
         elif started and event.get("event") == "step":
             return float(event["time"])
     return None
@@ -39,8 +44,9 @@ def recovery(resumed: Mapping[int, float | None], killed_at: float) -> float | N
 
 
 def running_again(status: Mapping[str, Any]) -> bool:
-    """The job's status once it is Running again with a restart counted (each run restarts once)."""
-    return status.get("phase") == "Running" and int(status.get("restarts") or 0) >= 1
+    """The job's status once it is Running again with a restart counted (each run restarts once; a
+    warm restart moves ``failureRestarts``, not the pod generation)."""
+    return status.get("phase") == "Running" and int(status.get("failureRestarts") or 0) >= 1
 
 
 def writes(calls: Mapping[str, float]) -> float:
@@ -83,21 +89,24 @@ def _cell(stat: Mapping[str, Any] | None, digits: int = 2) -> str:
     return text + (f", {stat['missing']} missing" if stat["missing"] else "")
 
 
-def _ratio(entry: Mapping[str, Any]) -> str:
-    fast, slow = ((entry["seconds"].get(s) or {}).get("median") for s in STRATEGIES)
-    return f"{slow / fast:.2f}x" if fast and slow else "-"
+def _ratio(entry: Mapping[str, Any], fast: str) -> str:
+    quick, slow = ((entry["seconds"].get(s) or {}).get("median") for s in (fast, SLOWEST))
+    return f"{slow / quick:.2f}x" if quick and slow else "-"
 
 
-HEADER = ("| ranks | InPlace median s | Recreate median s | Recreate/InPlace "
-          "| operator API requests per restart InPlace / Recreate | of which writes InPlace / Recreate |")
+FASTER = tuple(s for s in STRATEGIES if s != SLOWEST)
+HEADER = ("| ranks | " + " | ".join(f"{s} median s" for s in STRATEGIES) + " | "
+          + " | ".join(f"{SLOWEST}/{s}" for s in FASTER)
+          + f" | operator API requests per restart {' / '.join(STRATEGIES)} | of which writes |")
 CALLS_HEADER = "| ranks | strategy | operator requests by call (median per restart) |"
 
 
 def _row(entry: Mapping[str, Any]) -> str:
-    inplace, recreate = (_cell(entry["seconds"].get(s)) for s in STRATEGIES)
+    seconds = " | ".join(_cell(entry["seconds"].get(s)) for s in STRATEGIES)
+    ratios = " | ".join(_ratio(entry, s) for s in FASTER)
     requests = " / ".join(_cell(entry["requests"].get(s), 0) for s in STRATEGIES)
     written = " / ".join(_cell(entry["writes"].get(s), 0) for s in STRATEGIES)
-    return f"| {entry['ranks']} | {inplace} | {recreate} | {_ratio(entry)} | {requests} | {written} |"
+    return f"| {entry['ranks']} | {seconds} | {ratios} | {requests} | {written} |"
 
 
 def markdown(summary: list[dict[str, Any]], caption: str, notes: list[str]) -> str:

@@ -50,8 +50,9 @@ EVENTS_DROPPED = Counter("dpjob_events_dropped_total", "Events not posted becaus
 RESTARTS = Counter("dpjob_restarts_total", "Gang restarts by reason", ["reason"], registry=REGISTRY)
 RESTARTS_BY_STRATEGY = Counter("dpjob_restarts_by_strategy_total",
                                "Gang restarts by how they ran: InPlace (the kubelet restarted the pods where they "
-                               "are) or Recreate (new pods)", ["strategy"], registry=REGISTRY)
-for _strategy in ("InPlace", "Recreate"):  # both series exist from the start, so a rate() has a zero
+                               "are), Warm (the trainer replaced its training processes inside the containers) or "
+                               "Recreate (new pods)", ["strategy"], registry=REGISTRY)
+for _strategy in ("InPlace", "Warm", "Recreate"):  # both series exist from the start, so a rate() has a zero
     RESTARTS_BY_STRATEGY.labels(_strategy)
 TRANSITIONS = Counter("dpjob_job_transitions_total", "Jobs entering a phase", ["phase"], registry=REGISTRY)
 PROGRESS_READS = Counter("dpjob_progress_reads_total",

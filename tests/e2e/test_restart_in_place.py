@@ -12,7 +12,7 @@ import pytest
 
 from devcluster import cluster as devcluster
 from tests.support import cluster as dpj
-from tests.support.realnode_jobs import container_pids, log_events, reports, trainer_job, workdir
+from tests.support.realnode_jobs import container_pids, log_events, reports, trainer_job, training_pids, workdir
 from tests.support.waits import wait_until
 
 pytestmark = pytest.mark.e2e
@@ -65,6 +65,56 @@ def test_a_sigkilled_rank_restarts_the_gang_in_place_and_it_resumes_from_the_che
     assert len({r["param_sha256"] for r in rs}) == 1
     starts = log_events(namespace, f"{name}-rank-1", "start")
     assert starts and starts[-1]["restart_count"] == 1, "the restarted trainer did not see generation 1"
+
+
+def test_a_killed_training_process_is_restarted_warm_inside_its_container(api, core, namespace, operator_pod):
+    """Metrics on (the operator reads rank 0): the trainer supervises. Rank 1's training process is
+    SIGKILLed; both supervisors fork new ones at once, no container restarts, the gang resumes from
+    the checkpoint, and the operator books one warm restart from rank 0's report."""
+    name, steps = "warm", 3000
+    base = workdir(namespace, name)
+    dpj.create(api, namespace, trainer_job(name, [
+        "--task", "mlp", "--steps", str(steps), "--checkpoint-every", "25", "--checkpoint-dir", f"{base}/ckpt",
+        "--report", f"{base}/report", "--log-every", "25"], backoff_limit=2))
+    dpj.wait_phase(api, namespace, name, "Running", timeout=180)
+    before = pod_state(core, namespace, name)
+    wait_until(lambda: any(Path(f"{base}/ckpt").glob("*")), timeout=120, interval=0.5, what="a checkpoint")
+    (worker,) = wait_until(lambda: training_pids(namespace, name, 1), timeout=30, what="rank 1's training process")
+    os.kill(worker, signal.SIGKILL)
+    booked = dpj.wait_status(api, namespace, name, lambda s: bool((s.get("restartsByStrategy") or {}).get("Warm")),
+                             what="a warm restart booked", timeout=120)
+    assert booked["lastFailure"]["rank"] == 1 and booked["lastFailure"]["exitCode"] == 137, booked["lastFailure"]
+    (cost,) = booked["goodput"]["restarts"]
+    assert cost["strategy"] == "Warm" and 0 < cost["recoverSeconds"] < 30, cost
+    st = dpj.wait_phase(api, namespace, name, "Succeeded", timeout=300)
+    assert (st["restarts"], st["failureRestarts"], st["restartsByStrategy"]) == (0, 1, {"Warm": 1}), st
+    assert pod_state(core, namespace, name) == before, "a pod was recreated or a container restarted"
+    rs = reports(namespace, name)
+    assert all(r["steps"] == steps and r["resumed_from_step"] > 0 for r in rs), rs
+    assert len({r["param_sha256"] for r in rs}) == 1
+    for rank in (0, 1):
+        starts = log_events(namespace, f"{name}-rank-{rank}", "start")
+        assert [s["warm_restart"] for s in starts] == [0, 1], starts
+
+
+def test_ranks_restarted_warm_and_by_the_kubelet_meet_in_the_newest_gang(api, core, namespace, operator_pod):
+    """Rank 1's whole container is killed (its supervisor too): the kubelet restarts it in place, while
+    rank 0 restarts warm; rank 0 finds the gang moved on, ends, and is restarted by the kubelet too."""
+    name, steps = "mixed", 600
+    base = workdir(namespace, name)
+    dpj.create(api, namespace, trainer_job(name, [
+        "--task", "mlp", "--steps", str(steps), "--checkpoint-every", "25", "--checkpoint-dir", f"{base}/ckpt",
+        "--report", f"{base}/report", "--log-every", "25"], backoff_limit=2))
+    dpj.wait_phase(api, namespace, name, "Running", timeout=180)
+    before = pod_state(core, namespace, name)
+    wait_until(lambda: any(Path(f"{base}/ckpt").glob("*")), timeout=120, interval=0.5, what="a checkpoint")
+    for pid in wait_until(lambda: container_pids(namespace, name, 1), timeout=30, what="rank 1's trainer"):
+        os.kill(pid, signal.SIGKILL)
+    st = dpj.wait_phase(api, namespace, name, "Succeeded", timeout=300)
+    assert st["restartsByStrategy"] == {"InPlace": 1} and st["restarts"] == 1, st
+    after = pod_state(core, namespace, name)
+    assert all(after[pod] == (uid, count + 1) for pod, (uid, count) in before.items()), (before, after)
+    assert len({r["param_sha256"] for r in reports(namespace, name)}) == 1
 
 
 PLAIN_DDP = """

@@ -49,6 +49,19 @@ def log_events(namespace: str, pod: str, event: str) -> list[dict]:
     return [item for item in log_lines(namespace, pod) if item.get("event") == event]
 
 
+def training_pids(namespace: str, name: str, rank: int) -> list[int]:
+    """The training processes a warm-restart supervisor forked (dpjob_trainer/warm.py): the trainer
+    processes whose parent is one too. Killing these leaves the container running."""
+    pids = container_pids(namespace, name, rank)
+    parents = {}
+    for pid in pids:
+        try:
+            parents[pid] = int((Path("/proc") / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+    return [pid for pid, parent in parents.items() if parent in pids]
+
+
 def container_pids(namespace: str, name: str, rank: int) -> list[int]:
     """The trainer's processes on this host, found by the environment the operator gave them."""
     pids = []

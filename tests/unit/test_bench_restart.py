@@ -42,16 +42,25 @@ def test_recovery_waits_for_the_last_rank():
     assert recovery({}, KILL) is None
 
 
+def test_a_warm_restart_is_the_next_generation_too():
+    log = _log(("start", 990.0, {"restart_count": 0, "warm_restart": 0}), ("step", 1000.1, {"step": 14}),
+               ("start", 1000.4, {"restart_count": 0, "warm_restart": 1}), ("step", 1000.9, {"step": 11}))
+    assert resumed_at(log, generation=1) == 1000.9
+
+
 def test_the_job_is_running_again_only_with_a_restart_counted():
-    assert not running_again({"phase": "Running", "restarts": 0})
-    assert not running_again({"phase": "Restarting", "restarts": 1})
-    assert running_again({"phase": "Running", "restarts": 1})
+    assert not running_again({"phase": "Running", "restarts": 0, "failureRestarts": 0})
+    assert not running_again({"phase": "Restarting", "restarts": 1, "failureRestarts": 1})
+    assert running_again({"phase": "Running", "restarts": 1, "failureRestarts": 1})
+    assert running_again({"phase": "Running", "restarts": 0, "failureRestarts": 1}), "a warm restart"
 
 
 def _rows() -> list[dict]:
     rows = []
     for rep, (inplace, recreate) in enumerate(((2.0, 10.0), (3.0, 12.0), (4.0, 14.0))):
-        rows += [{"ranks": 2, "strategy": "InPlace", "rep": rep, "recover_s": inplace, "api_requests": 6.0,
+        rows += [{"ranks": 2, "strategy": "Warm", "rep": rep, "recover_s": inplace / 2, "api_requests": 4.0,
+                  "operator_calls": {"PATCH 200": 2.0, "GET 200": 2.0}},
+                 {"ranks": 2, "strategy": "InPlace", "rep": rep, "recover_s": inplace, "api_requests": 6.0,
                   "operator_calls": {"PATCH 200": 3.0, "GET 200": 3.0}},
                  {"ranks": 2, "strategy": "Recreate", "rep": rep, "recover_s": recreate, "api_requests": 14.0,
                   "operator_calls": {"DELETE 200": 2.0, "POST 201": 2.0 + rep, "PATCH 200": 4.0, "GET 200": 5.0}}]
@@ -64,9 +73,11 @@ def _rows() -> list[dict]:
 def test_the_table_has_medians_the_ratio_and_requests_per_strategy():
     table = markdown(summarize(_rows(), "recover_s"), "caption", ["a note"]).splitlines()
     header, _, *rows = table[2:table.index("", 2)]
-    assert rows[0] == "| 2 | 3.00 (2.00-4.00) | 12.00 (10.00-14.00) | 4.00x | 6 / 14 | 3 / 9 (8-10) |", rows[0]
-    assert rows[1] == "| 4 | 3.00, 1 missing | 15.00 | 5.00x | 7, 1 missing / 20 | - / - |", rows[1]
-    assert header.startswith("| ranks | InPlace median s | Recreate median s | Recreate/InPlace |")
+    assert rows[0] == ("| 2 | 1.50 (1.00-2.00) | 3.00 (2.00-4.00) | 12.00 (10.00-14.00) | 8.00x | 4.00x "
+                       "| 4 / 6 / 14 | 2 / 3 / 9 (8-10) |"), rows[0]
+    assert rows[1] == "| 4 | - | 3.00, 1 missing | 15.00 | - | 5.00x | - / 7, 1 missing / 20 | - / - / - |", rows[1]
+    assert header.startswith("| ranks | Warm median s | InPlace median s | Recreate median s | Recreate/Warm "
+                             "| Recreate/InPlace |")
     assert len(rows) == 2 and all(line.count("|") == header.count("|") for line in rows)
     calls = next(line for line in table if line.startswith("| 2 | Recreate |"))
     assert calls == "| 2 | Recreate | GET 200: 5, PATCH 200: 4, POST 201: 3, DELETE 200: 2 |"

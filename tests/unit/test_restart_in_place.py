@@ -66,8 +66,8 @@ def test_the_counter_asks_for_the_trainers_cpu_memory_and_security_but_no_device
                             "resources": {"limits": {"cpu": "2", "memory": "4Gi", "nvidia.com/gpu": "8"},
                                           "requests": {"nvidia.com/gpu": "8"}}}],
             "initContainers": [{"name": "user-init", "image": "x"}]}
-    apply_in_place(spec, "OnFailure")
-    apply_in_place(spec, "OnFailure")  # idempotent: one counter, one rule, one volume
+    apply_in_place(spec, "OnFailure", 3)
+    apply_in_place(spec, "OnFailure", 3)  # idempotent: one counter, one rule, one volume
     counter = spec["initContainers"][0]
     assert [ct["name"] for ct in spec["initContainers"]] == ["dpjob-restart-count", "user-init"]
     assert counter["resources"] == {"limits": {"cpu": "2", "memory": "4Gi"}}

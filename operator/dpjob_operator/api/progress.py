@@ -33,8 +33,15 @@ STRAGGLER_RANK = "dpjob_trainer_straggler_rank"              # -> slowestRank (-
 SLOWEST_RATIO = "dpjob_trainer_slowest_rank_ratio"           # the slowest rank's own step time / median
 FIRST_STEP = "dpjob_trainer_first_step"                      # this process's first step (a resume's) -> goodput
 FIRST_STEP_TIME = "dpjob_trainer_first_step_timestamp_seconds"
+# Warm restarts (the trainer's supervisor replaced the training processes inside their containers):
+# how many in rank 0's container in this gang generation, and who failed first before the last one.
+WARM_RESTARTS = "dpjob_trainer_warm_restarts"
+WARM_RANK = "dpjob_trainer_warm_restart_rank"
+WARM_EXIT_CODE = "dpjob_trainer_warm_restart_exit_code"
+WARM_FAILED_TIME = "dpjob_trainer_warm_restart_failed_timestamp_seconds"
 CONTRACT = (STEP, TOTAL_STEPS, LAST_STEP_TIME, LOSS, EPOCH, GLOBAL_SAMPLES, CHECKPOINT_STEP, CHECKPOINT_TIME, INFO,
-            STRAGGLER_RANK, SLOWEST_RATIO, FIRST_STEP, FIRST_STEP_TIME)
+            STRAGGLER_RANK, SLOWEST_RATIO, FIRST_STEP, FIRST_STEP_TIME, WARM_RESTARTS, WARM_RANK, WARM_EXIT_CODE,
+            WARM_FAILED_TIME)
 PREFIX = "dpjob_trainer_"
 
 
@@ -56,6 +63,10 @@ class ProgressReport:
     slowest_ratio: float | None = None  # the slowest rank's own step time over the median
     first_step: int | None = None       # the first step of the process that reported (a resume's first)
     first_step_time: float | None = None
+    warm_restarts: int | None = None    # warm restarts in this gang generation (reconcile/warm_restarts.py)
+    warm_rank: int | None = None        # the rank that failed first before the last of them
+    warm_exit_code: int | None = None
+    warm_failed_time: float | None = None
 
 
 @dataclass(frozen=True)
@@ -128,6 +139,10 @@ def report_from_samples(values: Mapping[str, float], restart: int, observed_at: 
         slowest_ratio=_finite(values.get(SLOWEST_RATIO)),
         first_step=_count(values.get(FIRST_STEP)),
         first_step_time=_timestamp(values.get(FIRST_STEP_TIME)),
+        warm_restarts=_count(values.get(WARM_RESTARTS)),
+        warm_rank=_count(values.get(WARM_RANK)),
+        warm_exit_code=_count(values.get(WARM_EXIT_CODE)),
+        warm_failed_time=_timestamp(values.get(WARM_FAILED_TIME)),
     )
 
 

@@ -95,18 +95,19 @@ class LastFailure(StatusObject):
 
 @dataclass(frozen=True)
 class LastRestart(StatusObject):
-    restart: int | None = None          # the gang generation it started
-    strategy: str | None = None         # InPlace | Recreate
+    restart: int | None = None          # the gang generation it started (Warm: the one it happened in)
+    strategy: str | None = None         # InPlace | Recreate | Warm
     reason: str | None = None
     time: str | None = None
+    warm_restarts: int | None = None    # Warm: the warm restarts booked in generation ``restart`` so far
 
 
 @dataclass(frozen=True)
 class GoodputRestart(StatusObject):
     """What one gang restart cost (reconcile/goodput.py)."""
 
-    restart: int | None = None          # the gang generation it started
-    strategy: str | None = None         # InPlace | Recreate
+    restart: int | None = None          # the gang generation it started (Warm: the one it happened in)
+    strategy: str | None = None         # InPlace | Recreate | Warm
     reason: str | None = None
     failed_time: str | None = None      # the failed rank's container ended (else the gang's last step)
     detect_seconds: float | None = None     # failedTime -> the operator booked the restart

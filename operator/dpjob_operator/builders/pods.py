@@ -215,7 +215,7 @@ def build_rank_pod(job: Job, index: int, restart: int, pool: PoolConfig,
         if container.get("name") == c.TRAINER_CONTAINER or spec.inject_env_into == "all":
             _inject(container, job, pool, env, mounts)
     if in_place:
-        apply_in_place(pod_spec, spec.run_policy.restart_policy)
+        apply_in_place(pod_spec, spec.run_policy.restart_policy, spec.run_policy.backoff_limit)
     # Nothing of ours in a rank pod talks to the API server: no token unless the template asks for one.
     pod_spec.setdefault("automountServiceAccountToken", False)
 

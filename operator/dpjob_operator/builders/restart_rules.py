@@ -1,5 +1,10 @@
 """Restart in place: the container restart rules and the generation counter of a rank pod (pure).
 
+A trainer that can (the built-in one: dpjob_trainer/warm.py) restarts faster still, without the
+kubelet: ``DPJOB_WARM_RESTARTS`` and ``DPJOB_WARM_RESTART_EXITS`` let its supervisor replace the
+training process inside the running container for the same retriable exits (reconcile/warm_restarts.py
+books those restarts).
+
 With ``status.restartStrategy: InPlace`` a retriable exit of the trainer makes the kubelet restart
 every container of that pod where it is (``RestartAllContainers``, Kubernetes 1.36): same pod,
 node, IP and volumes, no scheduling. Which exits are retriable is the job's own contract:
@@ -35,6 +40,8 @@ from dpjob_operator.api.restart_counter import (
 )
 
 RESTART_ACTION = "RestartAllContainers"
+WARM_BUDGET_ENV = "DPJOB_WARM_RESTARTS"
+WARM_EXITS_ENV = "DPJOB_WARM_RESTART_EXITS"
 EXIT_PEER_LOST = 75
 
 # Count this start; then say how the trainer's previous run ended: its own record, or killed (137)
@@ -81,8 +88,15 @@ def counter_container(trainer: Mapping[str, Any]) -> dict[str, Any]:
     return container
 
 
-def apply_in_place(pod_spec: dict[str, Any], restart_policy: str) -> None:
-    """Give the trainer container its restart rules, the counter and the file it writes."""
+def warm_exits(restart_policy: str) -> str:
+    """``DPJOB_WARM_RESTART_EXITS``: the same retriable exits as the restart rules, for the trainer."""
+    return f"{EXIT_PEER_LOST},128-255" if restart_policy == "ExitCode" else "nonzero"
+
+
+def apply_in_place(pod_spec: dict[str, Any], restart_policy: str, backoff_limit: int) -> None:
+    """Give the trainer container its restart rules, the counter and the file it writes, and let a
+    trainer that can restart warm do so (``DPJOB_WARM_RESTARTS``: at most ``backoffLimit`` per
+    container; the operator books each against the job's budget from rank 0's metrics)."""
     trainer = next((ct for ct in pod_spec.get("containers", []) if ct.get("name") == c.TRAINER_CONTAINER), None)
     if trainer is None:
         return
@@ -92,8 +106,10 @@ def apply_in_place(pod_spec: dict[str, Any], restart_policy: str) -> None:
     mounts = list(trainer.get("volumeMounts") or [])
     if not any(m.get("mountPath") == RUN_DIR for m in mounts):
         trainer["volumeMounts"] = [*mounts, {"name": RUN_VOLUME, "mountPath": RUN_DIR}]
-    env = [e for e in trainer.get("env") or [] if e.get("name") != "DPJOB_RESTART_COUNT_FILE"]
-    trainer["env"] = [*env, {"name": "DPJOB_RESTART_COUNT_FILE", "value": COUNT_FILE}]
+    ours = {"DPJOB_RESTART_COUNT_FILE": COUNT_FILE, WARM_BUDGET_ENV: str(backoff_limit),
+            WARM_EXITS_ENV: warm_exits(restart_policy)}
+    env = [e for e in trainer.get("env") or [] if e.get("name") not in ours]
+    trainer["env"] = [*env, *({"name": name, "value": value} for name, value in ours.items())]
     others = [ct for ct in pod_spec.get("initContainers") or [] if ct.get("name") != COUNTER_CONTAINER]
     pod_spec["initContainers"] = [counter_container(trainer), *others]
     volumes = [v for v in pod_spec.get("volumes") or [] if v.get("name") != RUN_VOLUME]

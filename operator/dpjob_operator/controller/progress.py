@@ -136,7 +136,8 @@ class ProgressReader:
             return
         before = watch.view.latest
         watch.view = advance(watch.view, report)
-        if before is None or before.step != report.step or before.checkpoint_step != report.checkpoint_step:
+        if before is None or before.step != report.step or before.checkpoint_step != report.checkpoint_step \
+                or before.warm_restarts != report.warm_restarts:
             self._on_step(target.key)
 
 

@@ -15,7 +15,7 @@ from typing import Any
 
 from dpjob_operator import metrics
 from dpjob_operator.api.spec import Job
-from dpjob_operator.api.status import Goodput, JobStatus
+from dpjob_operator.api.status import Goodput, GoodputRestart, JobStatus
 from dpjob_operator.reconcile.actions import Plan
 
 Gang = tuple[str, int]  # (job uid, restart generation)
@@ -72,11 +72,17 @@ class Timings:
         self._running = {g for g in self._running if g[0] != uid}
 
 
+def _entry_key(entry: GoodputRestart) -> tuple[int | None, str | None, str | None]:
+    """A restart entry's identity: its generation, and for warm restarts (several in one generation)
+    also when it failed."""
+    return entry.restart, entry.strategy, entry.failed_time if entry.strategy == "Warm" else None
+
+
 def observe_goodput(before: JobStatus, new: JobStatus) -> None:
     """A restart entry of status.goodput opened (its detection time) or closed (its recovery time)."""
-    old = {e.restart: e for e in (before.goodput or Goodput()).restarts or ()}
+    old = {_entry_key(e): e for e in (before.goodput or Goodput()).restarts or ()}
     for entry in (new.goodput or Goodput()).restarts or ():
-        was = old.get(entry.restart)
+        was = old.get(_entry_key(entry))
         strategy = entry.strategy or "Unknown"
         if was is None and entry.detect_seconds is not None:
             metrics.RESTART_DETECT.labels(strategy).observe(entry.detect_seconds)

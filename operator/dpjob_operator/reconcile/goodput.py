@@ -28,6 +28,7 @@ from dpjob_operator.api.timestamps import iso, parse_iso
 from dpjob_operator.reconcile.context import PassContext
 
 MAX_RESTARTS = 10  # the entries status keeps: the CRD's maxItems
+WARM = "Warm"
 
 
 def account_goodput(ctx: PassContext, view: ProgressView | None) -> None:
@@ -44,8 +45,9 @@ def account_goodput(ctx: PassContext, view: ProgressView | None) -> None:
 
 def _open_restart(ctx: PassContext, goodput: Goodput) -> Goodput:
     last, before = ctx.status.last_restart, ctx.old.last_restart
-    if last is None or last.restart is None or (before is not None and before.restart == last.restart):
-        return goodput
+    if last is None or last.restart is None or last.strategy == WARM \
+            or (before is not None and before.restart == last.restart and before.strategy == last.strategy):
+        return goodput  # a warm restart's entry is written whole when it is booked (reconcile/warm_restarts.py)
     failed = _failed_at(ctx.status, ctx.old.generation)
     booked = parse_iso(last.time) or ctx.now
     failed = min(failed, booked.timestamp()) if failed is not None else booked.timestamp()

@@ -51,6 +51,7 @@ from dpjob_operator.reconcile.stuck import report_stuck
 from dpjob_operator.reconcile.success import apply_success
 from dpjob_operator.reconcile.suspend import apply_suspend
 from dpjob_operator.reconcile.waiting import report_waiting
+from dpjob_operator.reconcile.warm_restarts import account_warm
 
 
 def plan_job(job: Job, status: Mapping[str, Any], pods: Sequence[PodObservation], now: datetime,
@@ -83,7 +84,8 @@ def plan_job(job: Job, status: Mapping[str, Any], pods: Sequence[PodObservation]
     elif (late := _start(ctx)) is not None:
         fail_job(ctx, current, r.DEADLINE_EXCEEDED, late)
     elif (apply_node_loss(ctx, current) or fall_back_to_recreate(ctx, current) or account_in_place(ctx, current)
-          or handle_failures(ctx, current) or apply_success(ctx, current) or apply_stall(ctx, current, progress)):
+          or account_warm(ctx, current, progress) or handle_failures(ctx, current) or apply_success(ctx, current)
+          or apply_stall(ctx, current, progress)):
         pass
     else:
         converge(ctx, current, pods, rank_table, foreign)
