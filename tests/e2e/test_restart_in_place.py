@@ -67,18 +67,25 @@ def test_a_sigkilled_rank_restarts_the_gang_in_place_and_it_resumes_from_the_che
     assert starts and starts[-1]["restart_count"] == 1, "the restarted trainer did not see generation 1"
 
 
+def start_checkpointed(api, core, namespace: str, name: str, steps: int, *extra: str) -> tuple[Path, dict]:
+    """A 2-rank mlp job checkpointing every 25 steps, Running with a first checkpoint on disk; (its work
+    directory, its pods' state then)."""
+    base = workdir(namespace, name)
+    dpj.create(api, namespace, trainer_job(name, [
+        "--task", "mlp", "--steps", str(steps), "--checkpoint-every", "25", "--checkpoint-dir", f"{base}/ckpt",
+        "--report", f"{base}/report", "--log-every", "25", *extra], backoff_limit=2))
+    dpj.wait_phase(api, namespace, name, "Running", timeout=180)
+    before = pod_state(core, namespace, name)
+    wait_until(lambda: any(Path(f"{base}/ckpt").glob("*")), timeout=120, interval=0.5, what="a checkpoint")
+    return base, before
+
+
 def test_a_killed_training_process_is_restarted_warm_inside_its_container(api, core, namespace, operator_pod):
     """Metrics on (the operator reads rank 0): the trainer supervises. Rank 1's training process is
     SIGKILLed; both supervisors fork new ones at once, no container restarts, the gang resumes from
     the checkpoint, and the operator books one warm restart from rank 0's report."""
     name, steps = "warm", 3000
-    base = workdir(namespace, name)
-    dpj.create(api, namespace, trainer_job(name, [
-        "--task", "mlp", "--steps", str(steps), "--checkpoint-every", "25", "--checkpoint-dir", f"{base}/ckpt",
-        "--report", f"{base}/report", "--log-every", "25"], backoff_limit=2))
-    dpj.wait_phase(api, namespace, name, "Running", timeout=180)
-    before = pod_state(core, namespace, name)
-    wait_until(lambda: any(Path(f"{base}/ckpt").glob("*")), timeout=120, interval=0.5, what="a checkpoint")
+    _, before = start_checkpointed(api, core, namespace, name, steps)
     (worker,) = wait_until(lambda: training_pids(namespace, name, 1), timeout=30, what="rank 1's training process")
     os.kill(worker, signal.SIGKILL)
     booked = dpj.wait_status(api, namespace, name, lambda s: bool((s.get("restartsByStrategy") or {}).get("Warm")),
@@ -100,14 +107,8 @@ def test_a_killed_training_process_is_restarted_warm_inside_its_container(api, c
 def test_ranks_restarted_warm_and_by_the_kubelet_meet_in_the_newest_gang(api, core, namespace, operator_pod):
     """Rank 1's whole container is killed (its supervisor too): the kubelet restarts it in place, while
     rank 0 restarts warm; rank 0 finds the gang moved on, ends, and is restarted by the kubelet too."""
-    name, steps = "mixed", 600
-    base = workdir(namespace, name)
-    dpj.create(api, namespace, trainer_job(name, [
-        "--task", "mlp", "--steps", str(steps), "--checkpoint-every", "25", "--checkpoint-dir", f"{base}/ckpt",
-        "--report", f"{base}/report", "--log-every", "25"], backoff_limit=2))
-    dpj.wait_phase(api, namespace, name, "Running", timeout=180)
-    before = pod_state(core, namespace, name)
-    wait_until(lambda: any(Path(f"{base}/ckpt").glob("*")), timeout=120, interval=0.5, what="a checkpoint")
+    name = "mixed"
+    _, before = start_checkpointed(api, core, namespace, name, 600)
     for pid in wait_until(lambda: container_pids(namespace, name, 1), timeout=30, what="rank 1's trainer"):
         os.kill(pid, signal.SIGKILL)
     st = dpj.wait_phase(api, namespace, name, "Succeeded", timeout=300)
