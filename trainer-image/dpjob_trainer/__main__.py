@@ -252,9 +252,18 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _preload() -> None:
     """What every training process imports, once in the supervisor before the first fork (its warm
-    state). Only imports: no thread and no OpenMP pool may exist in a process that forks."""
+    state): every module a training process would otherwise import after the fork, so that a warm
+    restart imports nothing. Only imports: the supervisor runs no torch operation (no OpenMP pool
+    exists when it forks), as a DataLoader forks its workers."""
+    import encodings.idna  # noqa: F401  (resolving MASTER_ADDR)
+
+    import prometheus_client.exposition  # noqa: F401
+    import prometheus_client.gc_collector  # noqa: F401
+    import prometheus_client.process_collector  # noqa: F401
     import torch
+    import torch._dynamo  # noqa: F401  (DDP and the optimizer import it lazily: about a second here)
     import torch.distributed  # noqa: F401
+    import torch.utils.serialization  # noqa: F401
 
     from . import checkpoint, devices, distributed, loop, tasks, train  # noqa: F401
 

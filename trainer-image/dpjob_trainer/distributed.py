@@ -33,6 +33,9 @@ from .warm import PREVIOUS_ENV
 
 #: A rank that reached a rank 0 still running the gang before tries again this soon.
 STALE_RETRY_SECONDS = 0.05
+#: A rank that could not reach rank 0's store tries again after this, doubling up to MAX_RETRY_SECONDS.
+FIRST_RETRY_SECONDS = 0.05
+MAX_RETRY_SECONDS = 1.0
 
 
 class RendezvousError(RuntimeError):
@@ -52,6 +55,7 @@ def _connect_store(env: DistEnv, host: str, port: int, rendezvous_timeout: float
     deadline = time.monotonic() + rendezvous_timeout
     store = None
     last_error = "no attempt made"
+    retry = FIRST_RETRY_SECONDS
     while store is None:
         remaining = deadline - time.monotonic()
         if remaining <= 0:
@@ -81,7 +85,9 @@ def _connect_store(env: DistEnv, host: str, port: int, rendezvous_timeout: float
                     f"rank 0 cannot listen on MASTER_PORT={env.master_port} ({last_error}); pick a free MASTER_PORT"
                 ) from exc
             # Clients retry: the rank-0 pod's DNS name may not resolve yet, or its store not listen yet.
-            time.sleep(min(1.0, max(deadline - time.monotonic(), 0)))
+            # Soon at first (a warm restart's rank 0 listens again within a second), then every second.
+            time.sleep(min(retry, max(deadline - time.monotonic(), 0)))
+            retry = min(retry * 2, MAX_RETRY_SECONDS)
             continue
         if not _handshake(store, env, on_cause):
             # A rank 0 of the gang before, not yet gone: wait for this gang's (handshake.py).
