@@ -23,6 +23,7 @@ from .exits import EXIT_USAGE
 from .frameworks import FrameworkError, resolve_framework
 from .metrics import NullMetrics, TrainerMetrics, linger
 from .peerloss import EXIT_PEER_LOST, is_peer_loss
+from .preload import preload
 from .ranktable import RankTableTimeout, must_wait_for_rank_table, wait_for_rank_table
 from .stragglers import DEFAULT_FACTOR
 from .warm import Supervisor, WarmPolicy, request_cold_restart, warm_policy
@@ -250,24 +251,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     return code
 
 
-def _preload() -> None:
-    """What every training process imports, once in the supervisor before the first fork (its warm
-    state): every module a training process would otherwise import after the fork, so that a warm
-    restart imports nothing. Only imports: the supervisor runs no torch operation (no OpenMP pool
-    exists when it forks), as a DataLoader forks its workers."""
-    import encodings.idna  # noqa: F401  (resolving MASTER_ADDR)
-
-    import prometheus_client.exposition  # noqa: F401
-    import prometheus_client.gc_collector  # noqa: F401
-    import prometheus_client.process_collector  # noqa: F401
-    import torch
-    import torch._dynamo  # noqa: F401  (DDP and the optimizer import it lazily: about a second here)
-    import torch.distributed  # noqa: F401
-    import torch.utils.serialization  # noqa: F401
-
-    from . import checkpoint, devices, distributed, loop, tasks, train  # noqa: F401
-
-
 def _warm(argv: Sequence[str] | None) -> WarmPolicy | None:
     """The warm-restart policy when this process should supervise (warm.py): torch, metrics on, a
     valid environment. Anything wrong is left to ``main``, which says it in one line."""
@@ -292,7 +275,7 @@ def run(argv: Sequence[str] | None = None) -> int:
         if policy is None:
             code = main(argv)
         else:
-            _preload()
+            preload()
             code = Supervisor(policy, functools.partial(main, argv), before_start=mark_running).run()
     finally:
         record_exit(code)
