@@ -12,6 +12,7 @@ import socket
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -185,3 +186,27 @@ def test_two_ranks_lose_a_training_process_restart_warm_and_finish_identical(tmp
     reports = [json.loads(p.read_text()) for p in sorted((tmp_path / "report").glob("report-rank*.json"))]
     assert len({r["param_sha256"] for r in reports}) == 1 and all(r["steps"] == 400 for r in reports), reports
     assert "warm restart 1 of 2" in outs[1][1]
+
+
+def test_a_killed_supervisor_takes_its_training_process_with_it(tmp_path):
+    """Run by hand (no container to end them together), a SIGKILLed supervisor leaves no training
+    process behind."""
+    env = {**os.environ, "PYTHONPATH": str(REPO / "trainer-image"), "DPJOB_WARM_RESTARTS": "1",
+           "DPJOB_BACKEND": "gloo", "OMP_NUM_THREADS": "1"}
+    sup = subprocess.Popen([sys.executable, "-m", "dpjob_trainer", "--task", "mlp", "--steps", "100000",
+                            "--log-every", "0", "--metrics-port", str(_free_port())], env=env,
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        (worker,) = wait_until(lambda: _children(sup.pid), timeout=60, what="the training process")
+    finally:
+        sup.kill()
+        sup.wait(timeout=30)
+    wait_until(lambda: not Path(f"/proc/{worker}").exists() or "Z" in _state(worker), timeout=10,
+               what="the training process to end with its supervisor")
+
+
+def _state(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return "Z"

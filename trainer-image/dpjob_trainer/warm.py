@@ -21,6 +21,7 @@ and from the trainer's termination message at the end. Only then does it count i
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import os
 import signal
 import sys
@@ -38,6 +39,7 @@ PREVIOUS_ENV = "DPJOB_WARM_PREVIOUS_EXIT"
 #: Set in each training process: a pipe to the supervisor; "cold" written there asks for a container restart.
 COLD_FD_ENV = "DPJOB_WARM_COLD_FD"
 ANY_FAILURE = "nonzero"
+PR_SET_PDEATHSIG = 1
 
 
 @dataclass(frozen=True)
@@ -81,6 +83,13 @@ def exit_code(wait_status: int) -> int:
     if os.WIFSIGNALED(wait_status):
         return 128 + os.WTERMSIG(wait_status)
     return os.waitstatus_to_exitcode(wait_status)
+
+
+def die_with_parent() -> None:
+    """The training process ends with its supervisor (Linux ``PR_SET_PDEATHSIG``): in a container
+    the kernel ends both anyway, but run by hand a killed supervisor must not leave it training."""
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
 def _say(line: str) -> None:
@@ -130,6 +139,7 @@ class Supervisor:
         cold_read, cold_write = os.pipe()
         pid = os.fork()
         if pid == 0:  # the training process
+            die_with_parent()
             os.close(cold_read)
             signal.signal(signal.SIGTERM, signal.SIG_DFL)
             os.environ[COLD_FD_ENV] = str(cold_write)
