@@ -90,6 +90,10 @@ class DictStore:
     def delete_key(self, key: str) -> bool:
         return self.data.pop(key, None) is not None
 
+    def wait(self, keys: list[str], timeout: object) -> None:
+        if any(key not in self.data for key in keys):
+            raise RuntimeError("Wait timeout")
+
 
 @pytest.mark.parametrize("rank0, rank1, want", [
     ("0.1", "0.1", True),                 # the same gang: joined
@@ -125,6 +129,16 @@ def test_rank_0_gathers_every_ranks_previous_exit_and_blames_the_first_real_fail
     exits = gather(store, 3, "0.1", "75 100.7")
     assert exits == ["75 100.7", "137 100.5", "75 100.9"]
     assert blame(exits) == WarmCause(rank=1, exit_code=137, failed_at=100.5)
+
+
+def test_rank_0_of_a_warm_gang_ends_it_when_a_rank_does_not_join_in_time():
+    """A rank whose old process never noticed the failure: rank 0 gives up after the follow time and
+    its container restarts, instead of waiting for ever."""
+    store = DictStore()
+    store.set("dpjob/joined/1", "0.1")
+    store.set("dpjob/previous/1", "137 10")
+    with pytest.raises(GangMovedOn, match=r"rank 2 did not join gang 0\.1 within 30s"):
+        gather(store, 3, "0.1", "75 11", follow_seconds=30.0)
 
 
 @pytest.mark.parametrize("exits, want", [

@@ -28,7 +28,7 @@ import torch
 import torch.distributed as dist
 
 from .env import DistEnv, bound_device
-from .handshake import GangMovedOn, WarmCause, blame, gather, join
+from .handshake import FOLLOW_SECONDS, GangMovedOn, WarmCause, blame, gather, join
 from .warm import PREVIOUS_ENV
 
 #: A rank that reached a rank 0 still running the gang before tries again this soon.
@@ -108,7 +108,8 @@ def _handshake(store: dist.TCPStore, env: DistEnv, on_cause: Callable[[WarmCause
         except (RuntimeError, OSError, TimeoutError):
             return False  # the rank 0 of the gang before went away while we spoke: the new one comes
     try:
-        cause = blame(gather(store, env.world_size, env.generation, previous))
+        follow = FOLLOW_SECONDS if env.warm_restart > 0 else None
+        cause = blame(gather(store, env.world_size, env.generation, previous, follow))
     except GangMovedOn:
         raise
     except (RuntimeError, OSError, TimeoutError) as exc:

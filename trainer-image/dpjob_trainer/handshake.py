@@ -19,19 +19,25 @@ rank that failed first (``blame``), which it reports in its metrics for the oper
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Protocol
 
 from .peerloss import EXIT_PEER_LOST
 
 GENERATION_KEY = "dpjob/generation"
+#: How long rank 0 of a warm gang waits for every rank (the operator's own wait for a rank that does
+#: not follow an in-place restart is the same).
+FOLLOW_SECONDS = 30.0
 
 
 class Store(Protocol):
     def set(self, key: str, value: str) -> None: ...
     def get(self, key: str) -> bytes: ...
     def delete_key(self, key: str) -> bool: ...
+    def wait(self, keys: list[str], timeout: timedelta) -> None: ...
 
 
 class GangMovedOn(RuntimeError):
@@ -73,12 +79,23 @@ def join(store: Store, rank: int, generation: str, previous: str) -> bool:
     raise GangMovedOn(f"rank 0 runs gang {seen}, newer than this process's {generation}")
 
 
-def gather(store: Store, world_size: int, generation: str, previous: str) -> list[str]:
+def gather(store: Store, world_size: int, generation: str, previous: str,
+           follow_seconds: float | None = None, clock: Callable[[], float] = time.monotonic) -> list[str]:
     """Rank 0: publish the gang, wait until every rank joined it; every rank's previous exit
-    (``"<code> <unix time>"`` or ``""``), by rank. ``GangMovedOn`` when a rank runs a newer gang."""
+    (``"<code> <unix time>"`` or ``""``), by rank. ``GangMovedOn`` when a rank runs a newer gang, or
+    when ``follow_seconds`` pass before every rank joined (a warm gang: a rank whose old process does
+    not notice the failure must not hold the others for ever; restarted by the kubelet, the gang
+    meets again, and the operator recreates a rank that still does not follow)."""
     store.set(GENERATION_KEY, generation)
     exits = [previous]
+    deadline = None if follow_seconds is None else clock() + follow_seconds
     for rank in range(1, world_size):
+        if deadline is not None:
+            try:
+                store.wait([_joined(rank)], timedelta(seconds=max(deadline - clock(), 0.001)))
+            except (RuntimeError, TimeoutError) as exc:
+                raise GangMovedOn(f"rank {rank} did not join gang {generation} within {follow_seconds:g}s: "
+                                  f"restarting this container") from exc
         while (seen := store.get(_joined(rank)).decode()) != generation:
             if order(seen) > order(generation):
                 raise GangMovedOn(f"rank {rank} runs gang {seen}, newer than this process's {generation}")
