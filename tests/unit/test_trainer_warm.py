@@ -173,7 +173,9 @@ def test_two_ranks_lose_a_training_process_restart_warm_and_finish_identical(tmp
     master, metrics = _free_port(), _free_port()
     env = {**os.environ, "PYTHONPATH": str(REPO / "trainer-image"), "WORLD_SIZE": "2", "LOCAL_WORLD_SIZE": "2",
            "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(master), "DPJOB_BACKEND": "gloo",
-           "DPJOB_WARM_RESTARTS": "2", "DPJOB_WARM_RESTART_EXITS": "75,128-255", "OMP_NUM_THREADS": "1"}
+           "DPJOB_WARM_RESTARTS": "2", "DPJOB_WARM_RESTART_EXITS": "75,128-255", "OMP_NUM_THREADS": "1",
+           "DPJOB_WARM_RECORD_FILE": str(tmp_path / "termination-log")}
+    (tmp_path / "termination-log").touch()
     args = ["--task", "mlp", "--steps", "400", "--checkpoint-every", "20", "--checkpoint-dir", str(tmp_path / "ckpt"),
             "--report", str(tmp_path / "report"), "--log-every", "20", "--metrics-port", str(metrics)]
     procs = [subprocess.Popen([sys.executable, "-m", "dpjob_trainer", *args],
@@ -200,6 +202,9 @@ def test_two_ranks_lose_a_training_process_restart_warm_and_finish_identical(tmp
     reports = [json.loads(p.read_text()) for p in sorted((tmp_path / "report").glob("report-rank*.json"))]
     assert len({r["param_sha256"] for r in reports}) == 1 and all(r["steps"] == 400 for r in reports), reports
     assert "warm restart 1 of 2" in outs[1][1]
+    record = (tmp_path / "termination-log").read_text()  # rank 0's, for the operator (api/warm_record.py)
+    assert record.startswith("dpjob-trainer: warm restarts 1; rank 1 exit 137 at "), record
+    assert "; stepped at " in record
 
 
 def test_a_killed_supervisor_takes_its_training_process_with_it(tmp_path):

@@ -102,3 +102,23 @@ def test_in_place_rank_pods_let_the_trainer_restart_warm_for_the_jobs_retriable_
     assert (env["DPJOB_WARM_RESTARTS"], env["DPJOB_WARM_RESTART_EXITS"]) == ("4", exits)
     recreate = build_rank_pod(job, 0, 0, CPU)["spec"]["containers"][0]["env"]
     assert "DPJOB_WARM_RESTARTS" not in {e["name"] for e in recreate}
+
+
+def test_a_job_that_ends_before_the_next_read_is_booked_from_rank_0s_termination_message():
+    record = f"dpjob-trainer: warm restarts 1; rank 1 exit 137 at {S + 55:.3f}; stepped at {S + 56.5:.3f}\n"
+    done = [pod(0, "Succeeded", exit_code=0, message=record), pod(1, "Succeeded", exit_code=0)]
+    job = JobBuilder().run_policy(backoffLimit=3).job()
+    st = plan_job(job, running(), done, at(60), CPU, progress=None, in_place_served=True).job_status
+    assert (st.phase, st.failure_restarts, st.restarts_by_strategy) == ("Succeeded", 1, {"Warm": 1}), st
+    assert (st.last_failure.rank, st.last_failure.exit_code) == (1, 137)
+    (entry,) = st.goodput.restarts
+    assert (entry.strategy, entry.recover_seconds) == ("Warm", 1.5)
+
+
+@pytest.mark.parametrize("message", [None, "", "Traceback (most recent call last): ...",
+                                     "dpjob-trainer: warm restarts x; rank 1"])
+def test_a_termination_message_without_a_record_books_nothing(message):
+    done = [pod(0, "Succeeded", exit_code=0, message=message), pod(1, "Succeeded", exit_code=0)]
+    job = JobBuilder().run_policy(backoffLimit=3).job()
+    st = plan_job(job, running(), done, at(60), CPU, progress=None, in_place_served=True).job_status
+    assert st.phase == "Succeeded" and st.failure_restarts == 0 and not st.restarts_by_strategy

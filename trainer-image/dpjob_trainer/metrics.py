@@ -113,6 +113,10 @@ class NullMetrics:
     def set_warm_cause(self, cause: WarmCause) -> None:
         pass
 
+    def first_step_time(self) -> float | None:
+        """Unix time of this process's first step (None before it, or without metrics)."""
+        return None
+
     def close(self) -> None:
         pass
 
@@ -223,6 +227,10 @@ class TrainerMetrics(NullMetrics):
         """Rank 0: the rank whose process ended first, and how (handshake.py)."""
         with self._lock:
             self._warm = (self._warm[0], cause)
+
+    def first_step_time(self) -> float | None:
+        with self._lock:
+            return None if self._first_step is None else self._first_step[1]
 
     def observe_checkpoint(self, duration: float) -> None:
         bucket = bisect_left(CHECKPOINT_BUCKETS, duration)

@@ -33,6 +33,7 @@ from .step import Stepper, Training
 from .stop_flag import StopFlag
 from .stragglers import StragglerDetector
 from .tasks import Task, build_task, load_entrypoint
+from .warm import record_warm_restarts
 
 
 class Trainer:
@@ -46,6 +47,7 @@ class Trainer:
         self.io = Outputs(env, metrics, stop, out)
         self.exit_hard = False  # the process group would not shut down: skip interpreter teardown
         self.failure: str | None = None  # why the run stopped with EXIT_NONFINITE, for the stderr line
+        self.warm_cause: WarmCause | None = None  # rank 0 of a gang restarted warm: who failed first
         self.policy = NonfinitePolicy(cfg.nonfinite, cfg.max_nonfinite_steps)
         # --straggler-factor 0: no detection (the own times still travel, so every rank's all-reduce
         # has the same length whatever its flag)
@@ -69,6 +71,7 @@ class Trainer:
 
     def _warm_cause(self, cause: WarmCause) -> None:
         """Rank 0 of a gang restarted warm: who failed first, for the operator's books (warm.py)."""
+        self.warm_cause = cause
         self.io.metrics.set_warm_cause(cause)
         self.io.log("warm_restart", generation=self.env.generation, failed_rank=cause.rank,
                     exit_code=cause.exit_code, failed_at=cause.failed_at)
@@ -93,6 +96,9 @@ class Trainer:
         self.failure = loop.failure or checkpointer.failure
         report = write_rank_report(ctx, model, task, (step, start_step), code, loop.stats, self.policy.skipped)
         announce_done(ctx, report, loop.stats)
+        if code == EXIT_OK and self.warm_cause is not None:
+            # The operator reads the metrics every 10 s: a job that ends sooner leaves it here.
+            record_warm_restarts(self.env.warm_restart, self.warm_cause, self.io.metrics.first_step_time())
         self._shut_down()
         return code
 

@@ -28,7 +28,10 @@ import sys
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from types import FrameType
+
+from .handshake import WarmCause
 
 BUDGET_ENV = "DPJOB_WARM_RESTARTS"
 EXITS_ENV = "DPJOB_WARM_RESTART_EXITS"
@@ -190,6 +193,27 @@ def request_cold_restart(environ: Mapping[str, str] = os.environ) -> None:
     if fd:
         with contextlib.suppress(OSError, ValueError):
             os.write(int(fd), COLD)
+
+
+TERMINATION_LOG = "/dev/termination-log"
+RECORD_FILE_ENV = "DPJOB_WARM_RECORD_FILE"
+RECORD_PREFIX = "dpjob-trainer: warm restarts "
+
+
+def record_warm_restarts(count: int, cause: WarmCause, stepped_at: float | None,
+                         environ: Mapping[str, str] = os.environ) -> None:
+    """Rank 0, at a clean end: the warm restarts of its gang generation and their cause, in its
+    termination message, for the operator's books when the job ends within one progress read of
+    them (the operator's api/warm_record.py reads this line). Only into a file that exists: the
+    kubelet's ``/dev/termination-log`` in a pod (``DPJOB_WARM_RECORD_FILE`` names another)."""
+    path = Path(environ.get(RECORD_FILE_ENV) or TERMINATION_LOG)
+    if not path.is_file():
+        return
+    line = f"{RECORD_PREFIX}{count}; rank {cause.rank} exit {cause.exit_code} at {cause.failed_at:.3f}"
+    if stepped_at is not None:
+        line += f"; stepped at {stepped_at:.3f}"
+    with contextlib.suppress(OSError):
+        path.write_text(line + "\n")
 
 
 def attempt(environ: Mapping[str, str]) -> int:

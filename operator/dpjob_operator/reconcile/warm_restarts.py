@@ -5,7 +5,8 @@ inside the running container, torch already loaded (trainer ``warm.py``); every 
 so the gang re-forms in about a second with no pod, container or kubelet involved. The pods show
 nothing of it: the operator learns it from rank 0's progress report, which says how many warm
 restarts rank 0's container made in this gang generation, and which rank failed first with which
-exit code before the last one.
+exit code before the last one; and, for a job that ends before the next read, from the same facts
+in rank 0's termination message (api/warm_record.py).
 
 Each warm restart is charged to ``backoffLimit`` like any failure restart (``failureRestarts``,
 ``restartsByReason.RankFailed``, ``restartsByStrategy.Warm``), names its culprit in
@@ -27,6 +28,7 @@ from dpjob_operator.api.observed import PodObservation
 from dpjob_operator.api.progress import ProgressReport, ProgressView
 from dpjob_operator.api.status import Goodput, GoodputRestart, LastFailure, LastRestart
 from dpjob_operator.api.timestamps import iso
+from dpjob_operator.api.warm_record import report_from_record
 from dpjob_operator.reconcile import reasons as r
 from dpjob_operator.reconcile.actions import Event
 from dpjob_operator.reconcile.context import PassContext
@@ -45,9 +47,9 @@ def booked(ctx: PassContext) -> int:
 def account_warm(ctx: PassContext, current: Sequence[PodObservation],
                  view: ProgressView | None) -> bool:
     """Book the warm restarts rank 0 reported and the books lack; True when that failed the job."""
-    if view is None or view.latest is None or view.restart != ctx.generation:
+    report = _latest(ctx, current, view)
+    if report is None:
         return False
-    report = view.latest
     new = (report.warm_restarts or 0) - booked(ctx)
     if new <= 0:
         return False
@@ -71,6 +73,17 @@ def account_warm(ctx: PassContext, current: Sequence[PodObservation],
                             f"every rank restarted warm in its container ({_describe(failure)}; failure restart "
                             f"{spent + new} of backoffLimit {policy.backoff_limit})"))
     return False
+
+
+def _latest(ctx: PassContext, current: Sequence[PodObservation], view: ProgressView | None) -> ProgressReport | None:
+    """What rank 0 said last of this generation's warm restarts: its metrics, or, once it ended
+    cleanly, its termination message (a job that ends within one read of a warm restart)."""
+    read = view.latest if view is not None and view.restart == ctx.generation else None
+    rank0 = next((p for p in current if p.index == 0 and p.phase == "Succeeded"), None)
+    ended = report_from_record(rank0.message, ctx.generation, ctx.now.timestamp()) if rank0 is not None else None
+    if ended is not None and (read is None or (ended.warm_restarts or 0) > (read.warm_restarts or 0)):
+        return ended
+    return read
 
 
 def _failure(ctx: PassContext, current: Sequence[PodObservation],
