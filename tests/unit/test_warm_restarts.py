@@ -122,3 +122,12 @@ def test_a_termination_message_without_a_record_books_nothing(message):
     job = JobBuilder().run_policy(backoffLimit=3).job()
     st = plan_job(job, running(), done, at(60), CPU, progress=None, in_place_served=True).job_status
     assert st.phase == "Succeeded" and st.failure_restarts == 0 and not st.restarts_by_strategy
+
+
+def test_a_template_that_turns_warm_restarts_off_keeps_its_setting():
+    job = JobBuilder().run_policy(backoffLimit=4).job()
+    job.spec.template["spec"]["containers"][0]["env"] = [{"name": "DPJOB_WARM_RESTARTS", "value": "0"}]
+    trainer = build_rank_pod(job, 0, 0, CPU, in_place=True)["spec"]["containers"][0]
+    warm = [e for e in trainer["env"] if e["name"].startswith("DPJOB_WARM_RESTART")]
+    assert warm == [{"name": "DPJOB_WARM_RESTARTS", "value": "0"}], warm
+    assert trainer["restartPolicyRules"], "the kubelet still restarts in place"

@@ -106,8 +106,11 @@ def apply_in_place(pod_spec: dict[str, Any], restart_policy: str, backoff_limit:
     mounts = list(trainer.get("volumeMounts") or [])
     if not any(m.get("mountPath") == RUN_DIR for m in mounts):
         trainer["volumeMounts"] = [*mounts, {"name": RUN_VOLUME, "mountPath": RUN_DIR}]
-    ours = {"DPJOB_RESTART_COUNT_FILE": COUNT_FILE, WARM_BUDGET_ENV: str(backoff_limit),
-            WARM_EXITS_ENV: warm_exits(restart_policy)}
+    given = {e.get("name") for e in trainer.get("env") or []}
+    warm = {WARM_BUDGET_ENV: str(backoff_limit), WARM_EXITS_ENV: warm_exits(restart_policy)}
+    # A template that sets DPJOB_WARM_RESTARTS itself keeps it ("0": no warm restarts, the memory of
+    # the supervisor's preloaded modules saved; the kubelet still restarts in place).
+    ours = {"DPJOB_RESTART_COUNT_FILE": COUNT_FILE, **({} if WARM_BUDGET_ENV in given else warm)}
     env = [e for e in trainer.get("env") or [] if e.get("name") not in ours]
     trainer["env"] = [*env, *({"name": name, "value": value} for name, value in ours.items())]
     others = [ct for ct in pod_spec.get("initContainers") or [] if ct.get("name") != COUNTER_CONTAINER]
