@@ -122,8 +122,8 @@ class Supervisor:
             if self._stopping or not self.policy.retriable(code):
                 return code
             if cold:
-                self.say(f"dpjob-trainer: the gang moved on to a restarted container; exiting {code} so that "
-                         f"the kubelet restarts this one too")
+                self.say(f"dpjob-trainer: the gang restarts its containers (see the line above); exiting {code} "
+                         f"so that the kubelet restarts this one")
                 return code
             if self.restarts >= self.policy.budget:
                 self.say(f"dpjob-trainer: the training process exited {code}; {self.restarts} warm restart(s) "
