@@ -97,7 +97,7 @@ class DictStore:
 
 @pytest.mark.parametrize("rank0, rank1, want", [
     ("0.1", "0.1", True),                 # the same gang: joined
-    ("0.0", "0.1", False),                # rank 0 of the gang before, not yet gone: wait
+    ("0.0", "0.1", False),                # rank 0 of the previous gang, not yet gone: wait
     ("1.0", "0.1", GangMovedOn),          # rank 0's container was restarted: this one must restart too
     ("0.2", "0.1", GangMovedOn),          # rank 0 restarted twice: catch up through a container restart
 ])

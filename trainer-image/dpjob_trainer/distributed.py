@@ -31,7 +31,7 @@ from .env import DistEnv, bound_device
 from .handshake import FOLLOW_SECONDS, GangMovedOn, WarmCause, blame, gather, join
 from .warm import PREVIOUS_ENV
 
-#: A rank that reached a rank 0 still running the gang before tries again this soon.
+#: A rank that reached a rank 0 still running the previous gang tries again this soon.
 STALE_RETRY_SECONDS = 0.05
 #: A rank that could not reach rank 0's store tries again after this, doubling up to MAX_RETRY_SECONDS.
 FIRST_RETRY_SECONDS = 0.05
@@ -90,8 +90,8 @@ def _connect_store(env: DistEnv, host: str, port: int, rendezvous_timeout: float
             retry = min(retry * 2, MAX_RETRY_SECONDS)
             continue
         if not _handshake(store, env, on_cause):
-            # A rank 0 of the gang before, not yet gone: wait for this gang's (handshake.py).
-            last_error = f"rank 0 at {address} still runs the gang before {env.generation}"
+            # A rank 0 of the previous gang, not yet gone: wait for this gang's (handshake.py).
+            last_error = f"rank 0 at {address} still runs a gang older than {env.generation}"
             store = None
             time.sleep(STALE_RETRY_SECONDS)
     return store
@@ -106,7 +106,7 @@ def _handshake(store: dist.TCPStore, env: DistEnv, on_cause: Callable[[WarmCause
         except GangMovedOn:
             raise
         except (RuntimeError, OSError, TimeoutError):
-            return False  # the rank 0 of the gang before went away while we spoke: the new one comes
+            return False  # the rank 0 of the previous gang went away while we spoke: the new one comes
     try:
         follow = FOLLOW_SECONDS if env.warm_restart > 0 else None
         cause = blame(gather(store, env.world_size, env.generation, previous, follow))

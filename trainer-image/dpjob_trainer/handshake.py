@@ -5,7 +5,7 @@ restarts within it, warm.py). Rank 0 writes its generation to the store; every o
 the generation it runs, and how its previous training process ended, then reads rank 0's:
 
 - the same: it joins;
-- older than its own: this is a rank 0 of the gang before that has not noticed the failure yet (a
+- older than its own: this is a rank 0 of the previous gang that has not noticed the failure yet (a
   warm restart is faster than failure detection); it waits for the new rank 0;
 - newer: this process's gang is over (its peers' containers were restarted by the kubelet while it
   was restarted warm): ``GangMovedOn``, and its container restarts too.

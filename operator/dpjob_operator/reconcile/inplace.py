@@ -152,8 +152,8 @@ def _count(ctx: PassContext, current: Sequence[PodObservation], members: Sequenc
         return
     ctx.status = replace(
         ctx.status, recreated_at=ctx.status.pod_generation, restarts=newest, failure_restarts=spent + restarts,
-        restarts_by_reason=_added(ctx.status.restarts_by_reason, r.RANK_FAILED, restarts),
-        restarts_by_strategy=_added(ctx.status.restarts_by_strategy, IN_PLACE, restarts),
+        restarts_by_reason=added(ctx.status.restarts_by_reason, r.RANK_FAILED, restarts),
+        restarts_by_strategy=added(ctx.status.restarts_by_strategy, IN_PLACE, restarts),
         last_restart=LastRestart(restart=newest, strategy=IN_PLACE, reason=r.RANK_FAILED, time=ctx.now_s))
     who = f"rank {cause.index}" if cause is not None else "a rank"
     message = (f"{who} restarted in place; every rank restarts in place (failure restart {spent + restarts} of "
@@ -171,7 +171,8 @@ def cause_as_failure(pod: PodObservation) -> PodObservation:
     return replace(pod, exit_code=code, reason=reason, message=message)
 
 
-def _added(counts: Mapping[str, int] | None, key: str, count: int) -> dict[str, int]:
+def added(counts: Mapping[str, int] | None, key: str, count: int) -> dict[str, int]:
+    """``counts`` with ``count`` more under ``key`` (restartsByReason, restartsByStrategy)."""
     out = dict(counts or {})
     out[key] = out.get(key, 0) + count
     return out

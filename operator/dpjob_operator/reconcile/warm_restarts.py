@@ -19,7 +19,7 @@ job fails and its pods are stopped; between two reads the supervisors hold thems
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import replace
 from datetime import UTC, datetime
 
@@ -34,6 +34,7 @@ from dpjob_operator.reconcile.actions import Event
 from dpjob_operator.reconcile.context import PassContext
 from dpjob_operator.reconcile.failure import fail_job
 from dpjob_operator.reconcile.goodput import MAX_RESTARTS, WARM
+from dpjob_operator.reconcile.inplace import added
 
 
 def booked(ctx: PassContext) -> int:
@@ -64,8 +65,8 @@ def account_warm(ctx: PassContext, current: Sequence[PodObservation],
         return True
     ctx.status = replace(
         ctx.status, failure_restarts=spent + new,
-        restarts_by_reason=_added(ctx.status.restarts_by_reason, r.RANK_FAILED, new),
-        restarts_by_strategy=_added(ctx.status.restarts_by_strategy, WARM, new),
+        restarts_by_reason=added(ctx.status.restarts_by_reason, r.RANK_FAILED, new),
+        restarts_by_strategy=added(ctx.status.restarts_by_strategy, WARM, new),
         last_restart=LastRestart(restart=ctx.generation, strategy=WARM, reason=r.RANK_FAILED, time=ctx.now_s,
                                  warm_restarts=report.warm_restarts),
         goodput=_with_entry(ctx, report))
@@ -121,9 +122,3 @@ def _with_entry(ctx: PassContext, report: ProgressReport) -> Goodput | None:
                            failed_time=iso(datetime.fromtimestamp(failed, UTC)), detect_seconds=0.0,
                            recover_seconds=recover, steps_recomputed=recomputed)
     return replace(goodput, restarts=(*(goodput.restarts or ()), entry)[-MAX_RESTARTS:])
-
-
-def _added(counts: Mapping[str, int] | None, key: str, count: int) -> dict[str, int]:
-    out = dict(counts or {})
-    out[key] = out.get(key, 0) + count
-    return out
