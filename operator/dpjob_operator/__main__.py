@@ -38,8 +38,6 @@ def main(argv: list[str] | None = None) -> int:
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
     logging.getLogger("kubernetes").setLevel(logging.WARNING)
     logging.getLogger("urllib3").setLevel(logging.WARNING)
-    # kopf logs every handled event at INFO ("Handler 'on_job_event' succeeded"): noise at scale.
-    logging.getLogger("kopf.objects").setLevel(logging.WARNING)
     logging.getLogger("aiohttp.access").setLevel(logging.WARNING)
     handlers.runtime.config = cfg
     # Raised when leadership is lost: kopf stops gracefully and we exit with runtime.exit_code.

@@ -1,8 +1,9 @@
-"""kopf wiring, kept thin: settings, startup/cleanup, and one event handler that enqueues.
+"""kopf wiring, kept thin: settings, startup/cleanup, probes, and the process's lifecycle.
 
-No change-detecting handlers (on.create/update) on the job and none at all on Pods: those
-write diff-base and progress annotations and cost PATCHes; ``on.event`` writes nothing, and
-the controller's level-triggered reconcile does the rest.
+kopf runs the operator (login, signals, the liveness endpoint and its probes, startup and cleanup)
+and handles no resource: every kind the controller reads (jobs, rank pods, PodGroups, Kueue
+Workloads, Nodes) comes through one list+watch path of its own (``k8s/reflector.py``), so each fact
+is learnt one way, with the same relist, resync and liveness rules (docs/architecture.md says why).
 
 With leader election on, every replica watches and caches (jobs, pods), but only the leader's
 controller has workers. A replica that loses the Lease fences and exits non-zero, as
@@ -21,7 +22,6 @@ from typing import Any
 import kopf
 
 from dpjob_operator import metrics
-from dpjob_operator.api import constants as c
 from dpjob_operator.config import OperatorConfig, load_config
 from dpjob_operator.controller import Controller
 from dpjob_operator.controller.leader import LeaderElector
@@ -51,20 +51,17 @@ runtime = Runtime()
 EXIT_GRACE_SECONDS = 20.0
 
 
-def configure(settings: kopf.OperatorSettings, cfg: OperatorConfig) -> None:
-    # No persistence settings: with one on.event handler kopf stores no progress or diff base and
-    # adds no finalizer (those serve change-detecting and deletion handlers, which this operator has not).
-    settings.posting.level = logging.WARNING
-    settings.watching.server_timeout = 300
-    settings.watching.client_timeout = 330
+def configure(settings: kopf.OperatorSettings) -> None:
+    # No persistence, watching or posting settings: kopf handles no resource, so it stores no progress
+    # or diff base, adds no finalizer, watches nothing and posts no event of its own.
     settings.networking.request_timeout = 30
-    settings.scanning.disabled = True  # we know our CRD; no need for cluster-wide CRD/namespace lists
+    settings.scanning.disabled = True  # no resource handler: no cluster-wide CRD or namespace lists
 
 
 @kopf.on.startup()
 async def startup(settings: kopf.OperatorSettings, **_: Any) -> None:
     cfg = runtime.config = runtime.config or load_config()
-    configure(settings, cfg)
+    configure(settings)
     if cfg.metrics_port:
         authorize = DelegatedAuthorizer(load_api_client(4)).verdict if cfg.metrics_auth == "kubernetes" else None
         serve_metrics(metrics.REGISTRY, cfg.metrics_port, cfg.metrics_bind_address, authorize,
@@ -110,18 +107,6 @@ async def cleanup(**_: Any) -> None:
         await elector.stop(release_lease=True)
 
 
-@kopf.on.event(c.GROUP, c.VERSION, c.PLURAL)
-async def on_job_event(event: kopf.RawEvent, **_: Any) -> None:
-    """Async on purpose: kopf runs sync handlers in a worker thread, and the controller's queue
-    and job cache belong to the event loop (a thread's put would not wake a waiting worker)."""
-    controller = runtime.controller
-    if controller is None:
-        return
-    body = event.get("object") or {}
-    # kopf hands a live Body view; keep a plain dict snapshot.
-    controller.job_event(event.get("type"), _plain(body))
-
-
 @kopf.on.probe(id="progress")
 def probe_progress(**_: Any) -> str:
     """Liveness that means something: /healthz answers 500 when the pod watch or a worker is wedged."""
@@ -146,10 +131,3 @@ async def probe_role(**_: Any) -> str:
     controller = runtime.controller
     return "leader" if controller is not None and controller.working else "standby"
 
-
-def _plain(obj: Any) -> Any:
-    if isinstance(obj, dict) or hasattr(obj, "items"):
-        return {k: _plain(v) for k, v in obj.items()}
-    if isinstance(obj, list):
-        return [_plain(v) for v in obj]
-    return obj

@@ -1,6 +1,6 @@
 """Chaos drill: kube-apiserver restarted 5 times (3 in ``make test``) while 20 jobs run. Nothing may restart.
 
-Every restart breaks the operator's pod watch (relist), its job watch (kopf re-lists) and its
+Every restart breaks the operator's job and pod watches (each relists) and its
 Lease renewals; an API-server upgrade or crash does the same in a real cluster. An outage longer
 than the renew deadline makes the leader exit (as client-go's leader election does) and the drill
 starts it again as its Deployment would: a fresh process with an empty cache must not restart

@@ -1,6 +1,6 @@
 """The controller: job events and pod changes in, one reconcile pass per queued job key out.
 
-kopf feeds job events in (``job_event``), the pod cache pod changes (and, from the node watch, the
+The job watch (``jobcache``) feeds job events in, the pod cache pod changes (and, from the node watch, the
 jobs on a node whose health changed), the PodGroup watch the scheduler's verdicts and the Kueue
 Workload watch Kueue's (``pod_changed``); all only enqueue the
 job's key (``workqueue``: deduplicated, one worker per key). A worker takes a key and runs one pass:
@@ -24,7 +24,6 @@ from datetime import UTC, datetime
 from typing import Any
 
 from dpjob_operator import metrics
-from dpjob_operator.api.event_order import FORGET_JOB, FORGET_UID, STORE, on_job_event
 from dpjob_operator.api.merge_patch import status_patch
 from dpjob_operator.api.observed import PodObservation
 from dpjob_operator.api.spec import Job
@@ -35,6 +34,7 @@ from dpjob_operator.controller.executor import Executor
 from dpjob_operator.controller.gang_verdicts import GangVerdicts
 from dpjob_operator.controller.gangs import Gangs
 from dpjob_operator.controller.inplace_support import detect_restart_in_place
+from dpjob_operator.controller.jobcache import JobCache
 from dpjob_operator.controller.kueue import KueueWorkloads
 from dpjob_operator.controller.kueue_watch import KueueWatch
 from dpjob_operator.controller.observer import Observer
@@ -42,7 +42,6 @@ from dpjob_operator.controller.progress import ProgressReader
 from dpjob_operator.controller.recorder import EventRecorder
 from dpjob_operator.controller.reported import ReportedFailure
 from dpjob_operator.controller.spec_errors import SpecErrors
-from dpjob_operator.controller.sweeper import JobSweeper
 from dpjob_operator.controller.timings import Timings
 from dpjob_operator.controller.workqueue import WorkQueue
 from dpjob_operator.k8s import errors
@@ -70,7 +69,8 @@ class Controller:
         self.blocking = Blocking(loop, cfg.create_concurrency + cfg.workers + 4, cfg.create_concurrency)
         self.pods = PodCache(kube, self.pod_changed, cfg.namespaces)
         self.nodes = NodeCache(kube, self.pods.node_changed)  # a lost node wakes the jobs on it
-        self.jobs: dict[JobKey, dict[str, Any]] = {}
+        self.job_cache = JobCache(kube, loop, cfg.namespaces, self.enqueue, self._forget)
+        self.jobs = self.job_cache.jobs
         self.queue: WorkQueue[JobKey] = WorkQueue(metrics.CONTROLLER, loop)
         # A verdict joins the pods' batch: a Scheduled one comes with every rank's binding anyway.
         verdicts = GangVerdicts(kube, functools.partial(self.pod_changed, urgent=False), cfg.namespaces)
@@ -85,29 +85,12 @@ class Controller:
         self.recorder = EventRecorder(kube, self.blocking)
         self.in_place_served = False  # restart in place (reconcile/inplace.py): found out in start()
         self.spec_errors = SpecErrors(self._write_status, self.recorder)  # InvalidSpec, reported once
-        self.sweeper = JobSweeper(kube, self.blocking, self.jobs, self._forget, cfg.namespaces)
         self._workers: list[asyncio.Task[None]] = []
         self._fenced = False
         # Only the leader counts (a standby reports zeros), so sum() over replicas counts each job once.
         self._collectors = metrics.register_job_collectors(self._counted_jobs)
 
     # ---- inputs ---------------------------------------------------------------------------
-
-    def job_event(self, event_type: str | None, body: dict[str, Any]) -> None:
-        meta = body.get("metadata") or {}
-        key = (meta.get("namespace", ""), meta.get("name", ""))
-        verdict = on_job_event(event_type, self.jobs.get(key), body)
-        log.debug("job event %s %s/%s uid=%s rv=%s: %s", event_type, *key, meta.get("uid"),
-                  meta.get("resourceVersion"), verdict)
-        if verdict == FORGET_JOB:
-            self.jobs.pop(key, None)
-            self._forget(key, meta.get("uid", ""))
-        elif verdict == FORGET_UID:
-            self._forget_uid(meta.get("uid", ""))  # the name holds a newer job now: keep it
-        if verdict != STORE:
-            return
-        self.jobs[key] = body
-        self.enqueue(key)
 
     def pod_changed(self, namespace: str, job_name: str, urgent: bool) -> None:
         """Called from a watch thread (pods, PodGroups): a pass now, or once the batch of progress is in."""
@@ -121,10 +104,6 @@ class Controller:
         """Drop every per-job memo of a deleted job, so a long-lived operator does not grow."""
         self.spec_errors.forget(key)
         self.queue.forget(key)
-        self._forget_uid(uid)
-
-    def _forget_uid(self, uid: str) -> None:
-        """The memos kept by UID: a newer job of the same name keeps its own."""
         self.executor.forget(uid)
         self.timings.forget(uid)
         self.progress.forget(uid)
@@ -133,14 +112,16 @@ class Controller:
     # ---- lifecycle ------------------------------------------------------------------------
 
     async def start(self) -> None:
-        """Warm up: gang-scheduling discovery, a synced pod cache, node watch and PodGroup watch. Writes
+        """Warm up: gang-scheduling discovery, then the job, pod, PodGroup, Workload and node watches, synced. Writes
         nothing, so a standby replica does this too and is ready to work the moment it leads (``start_workers``)."""
         await self.gangs.detect(self.cfg.gang_scheduling)
         await self.kueue.detect()
         self.in_place_served = await detect_restart_in_place(self.cfg, self.kube, self.blocking)
         self.pods.start()
+        self.job_cache.start()
         await self.blocking.run(self.nodes.start)
-        for what, wait in (("rank-pod cache", self.pods.wait_synced), ("PodGroup watch", self.gangs.wait_synced),
+        for what, wait in (("job watch", self.job_cache.wait_synced), ("rank-pod cache", self.pods.wait_synced),
+                           ("PodGroup watch", self.gangs.wait_synced),
                            ("Kueue Workload watch", self.kueue.wait_synced), ("node watch", self.nodes.wait_synced)):
             if not await asyncio.to_thread(wait, 120):
                 raise RuntimeError(f"the {what} did not sync within 120s; is the API server reachable?")
@@ -151,7 +132,6 @@ class Controller:
             return
         self.recorder.start()
         self._workers = [asyncio.create_task(self._worker()) for _ in range(self.cfg.workers)]
-        self._workers.append(asyncio.create_task(self.sweeper.run(10 * self.cfg.resync_seconds)))
         log.info("controller started: %d workers, api qps=%s burst=%s, create concurrency=%d",
                  self.cfg.workers, self.cfg.api_qps, self.cfg.api_burst, self.cfg.create_concurrency)
 
@@ -185,6 +165,7 @@ class Controller:
         self.fence()
         if not await self.blocking.drain(drain_seconds):
             log.warning("API calls still running %.0fs after stop; not waiting for them", drain_seconds)
+        self.job_cache.stop()
         self.pods.stop()
         self.nodes.stop()
         self.gangs.stop()
@@ -194,8 +175,8 @@ class Controller:
 
     def stuck(self) -> str | None:
         """Why the controller cannot make progress any more (liveness), or None."""
-        return (self.pods.stuck() or self.nodes.stuck() or self.gangs.stuck() or self.kueue.stuck()
-                or self.queue.stuck(PASS_LIMIT))
+        return (self.job_cache.stuck() or self.pods.stuck() or self.nodes.stuck() or self.gangs.stuck()
+                or self.kueue.stuck() or self.queue.stuck(PASS_LIMIT))
 
     async def _worker(self) -> None:
         while True:

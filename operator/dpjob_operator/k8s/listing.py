@@ -13,11 +13,12 @@ from typing import Any, NamedTuple
 
 from kubernetes.client.exceptions import ApiException
 
+from dpjob_operator.api import constants as c
 from dpjob_operator.k8s.client import KubeClient
 
 
 class Resource(NamedTuple):
-    """What a list or watch reads: pods or nodes (the core group, "") or a group's resource."""
+    """What a list or watch reads: pods or nodes (the core group, "") or a group's resource (jobs, Workloads)."""
 
     group: str
     version: str
@@ -26,6 +27,7 @@ class Resource(NamedTuple):
 
 PODS = Resource("", "v1", "pods")
 NODES = Resource("", "v1", "nodes")  # cluster-scoped: every namespace argument is ignored
+JOBS = Resource(c.GROUP, c.VERSION, c.PLURAL)
 
 
 def _lister(kube: KubeClient, resource: Resource, namespace: str | None) -> Callable[..., Any]:
