@@ -68,8 +68,11 @@ run: crds ## run the operator against the local cluster (foreground)
 lint: ## ruff, import-layer contracts, mypy --strict, size limits (no cluster; `make test` runs it first)
 	@bash devcluster/lint.sh
 
-test-unit: ## unit tests only (no cluster)
-	@venv=$(VENV); bash devcluster/pytest.sh "$$venv/bin/python" -m unit $(PYTEST_ARGS)
+# The chart's unit tests render it with the helm that `binaries` builds (with progress, on first use).
+test-unit: binaries ## unit tests only (no cluster), one pytest worker per core (pytest-xdist)
+	@venv=$(VENV); bash devcluster/pytest.sh "$$venv/bin/python" -m "unit and not mindspore" -n auto $(PYTEST_ARGS)
+
+test-fast: lint test-unit ## the inner loop: lint and the unit tests, no cluster (under a minute once the venv exists)
 
 # mindspore 2.10 needs numpy 1.x, so its tests run in their own venv; the main venv skips them
 # (CI=true: fails them, naming make venv-mindspore).
@@ -79,13 +82,13 @@ test-mindspore: ## the MindSpore backend's tests (unit + msrun e2e) with its own
 	  tests/unit/test_trainer_mindspore_metrics.py \
 	  tests/e2e/test_mindspore_local.py $(PYTEST_ARGS)
 
-# lint comes before cluster-up so a lint failure is reported in seconds, before any cluster work.
+# lint and the unit tests come before cluster-up, so their failures are reported in a minute, before
+# any cluster work. The MindSpore tests come next (no cluster, ~1 min): the torch runs deselect them.
 # The chaos drills run shorter here (2 minutes of churn, 3 API-server restarts) than in `make chaos`.
-# The MindSpore tests come first (no cluster, ~1 min): the torch run below deselects them.
-test: lint cluster-up kubeflow kueue-binary netpol-binary test-mindspore ## lint, then every test: unit, integration (real control plane), end-to-end, MindSpore
+test: lint test-unit cluster-up kubeflow kueue-binary netpol-binary test-mindspore ## lint, then every test: unit, integration (real control plane), end-to-end, MindSpore
 	@venv=$(VENV); KUBECONFIG=$(KUBECONFIG_PATH) DPJOB_CHURN_SECONDS=$${DPJOB_CHURN_SECONDS:-120} \
 	  DPJOB_APISERVER_RESTARTS=$${DPJOB_APISERVER_RESTARTS:-3} \
-	  bash devcluster/pytest.sh "$$venv/bin/python" -m "not mindspore" $(PYTEST_ARGS)
+	  bash devcluster/pytest.sh "$$venv/bin/python" -m "not unit and not mindspore" $(PYTEST_ARGS)
 
 chaos: cluster-up ## only the chaos drills (API-server restarts, a 429 storm, two replicas under churn); `make test` runs them last
 	@venv=$(VENV); KUBECONFIG=$(KUBECONFIG_PATH) bash devcluster/pytest.sh "$$venv/bin/python" -m chaos tests/chaos $(PYTEST_ARGS)
@@ -108,4 +111,4 @@ gpu-check: ## on a GPU machine: our trainer against a bare PyTorch DDP loop per 
 clean: cluster-down ## remove local state (caches under ~/.cache/dpjob are kept)
 	@rm -rf .devcluster .pytest_cache .mypy_cache .ruff_cache
 
-.PHONY: help venv venv-mindspore test-mindspore binaries kubeflow kueue-binary netpol-binary kueue netpol bench-compare images push release doctor cluster-up cluster-down cluster-status crds run lint test-unit test chaos dev bench dashboard-pictures gpu-check clean
+.PHONY: help venv venv-mindspore test-mindspore test-fast binaries kubeflow kueue-binary netpol-binary kueue netpol bench-compare images push release doctor cluster-up cluster-down cluster-status crds run lint test-unit test chaos dev bench dashboard-pictures gpu-check clean
