@@ -255,7 +255,12 @@ def test_the_standby_on_the_node_left_takes_over_from_a_leader_whose_node_dies(
             leader = wait_until(lambda: (lambda n: n if n and pods[n] == SECOND else None)(_leader(pods)),
                                 timeout=30, what=f"the replica on {SECOND} to lead")
         standby = next(n for n, node in pods.items() if node == "real-0")
-        job = trainer_job("kept", ["-c", "import time; time.sleep(60)"], command=["python"])
+        # The ranks run until the test lets them end: once the standby leads, so that it is the new
+        # leader that finds the gang Running and writes its end.
+        done = workdir(namespace, "kept") / "done"
+        done.parent.mkdir(parents=True, exist_ok=True)
+        job = trainer_job("kept", ["-c", f"import os, time\nwhile not os.path.exists({str(done)!r}): time.sleep(0.2)"],
+                          command=["python"])
         job["spec"]["template"]["spec"]["nodeSelector"]["kubernetes.io/hostname"] = "real-0"
         dpj.create(api, namespace, job)
         dpj.wait_phase(api, namespace, "kept", "Running", timeout=180)
@@ -266,6 +271,7 @@ def test_the_standby_on_the_node_left_takes_over_from_a_leader_whose_node_dies(
         wait_until(lambda: lease_holder(*dev_lease()).startswith(f"{standby}_"), timeout=60, interval=0.2,
                    what=f"the standby {standby} to lead")
         print(f"leader's node died -> the standby leads: {time.monotonic() - died:.1f}s")
+        done.touch()
         st = dpj.wait_phase(api, namespace, "kept", "Succeeded", timeout=120)
         assert st["restarts"] == 0, st
         assert {p.metadata.name: p.metadata.uid for p in dpj.rank_pods(core, namespace, "kept")} == before, \

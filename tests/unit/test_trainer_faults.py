@@ -70,3 +70,18 @@ def test_the_first_gang_hangs_after_step_n_until_sigterm_and_a_restarted_one_doe
     second_gang = {**TWO_RANKS, "RANK": "0", "DPJOB_RESTART_COUNT": "1"}
     restarted = _hooks(["--hang-after-step", "4"], stop=stop, environ=second_gang)
     assert restarted.after_step(4) is False
+
+
+@pytest.mark.parametrize(("rank", "restart_count", "sleeps"), [
+    (1, 0, [0.25, 0.25]),  # the slow rank of the first gang holds every step back
+    (0, 0, []),            # the other ranks do not sleep
+    (1, 1, []),            # a restarted gang catches up at full speed
+])
+def test_the_slow_rank_sleeps_in_every_step_of_the_first_gang_only(monkeypatch, rank, restart_count, sleeps):
+    slept: list[float] = []
+    monkeypatch.setattr("dpjob_trainer.faults.time.sleep", slept.append)
+    environ = {**TWO_RANKS, "RANK": str(rank), "DPJOB_RESTART_COUNT": str(restart_count)}
+    hooks = _hooks(["--slow-rank", "1", "--slow-seconds", "0.25"], environ=environ)
+    for step in range(2):
+        hooks.before_step(step)
+    assert slept == sleeps

@@ -131,7 +131,8 @@ def _test_hooks(ops: argparse._ArgumentGroup) -> None:
     # gets a NaN loss in steps K .. K+N-1 of every gang. Hidden: not for training.
     ops.add_argument("--inject-nan-at-step", type=int, default=0, help=argparse.SUPPRESS)
     ops.add_argument("--inject-nan-steps", type=int, default=1, help=argparse.SUPPRESS)
-    # Test hook for straggler detection (tests/e2e): this rank sleeps --slow-seconds in every step.
+    # Test hook for straggler detection and paced runs (tests/e2e): this rank sleeps --slow-seconds in
+    # every step of the first gang; a restarted gang (DPJOB_RESTART_COUNT > 0) catches up at full speed.
     ops.add_argument("--slow-rank", type=int, default=-1, help=argparse.SUPPRESS)
     ops.add_argument("--slow-seconds", type=float, default=0.0, help=argparse.SUPPRESS)
 

@@ -72,5 +72,5 @@ class TrainConfig(RunConfig):
     inject_nan_at_step: int = 0  # test hook (hidden flag): NaN loss from this step on one rank
     inject_nan_steps: int = 1  # test hook (hidden flag): for this many consecutive steps
     straggler_factor: float = DEFAULT_FACTOR  # a rank this much slower than the median is a straggler
-    slow_rank: int = -1  # test hook (hidden flag): this rank sleeps --slow-seconds in every step
+    slow_rank: int = -1  # test hook (hidden flag): this rank sleeps --slow-seconds in every step of the first gang
     slow_seconds: float = 0.0

@@ -67,8 +67,8 @@ class FlagFaults:
         return loss
 
     def before_step(self, step: int) -> None:
-        if self.env.rank == self.cfg.slow_rank and self.cfg.slow_seconds > 0:
-            time.sleep(self.cfg.slow_seconds)  # --slow-rank: a rank that holds the gang back
+        if self.env.rank == self.cfg.slow_rank and self.cfg.slow_seconds > 0 and self.env.restart_count == 0:
+            time.sleep(self.cfg.slow_seconds)  # --slow-rank: a rank that holds the first gang back
         self.poison_next_loss = self._nan_step(step)
 
     def _nan_step(self, step: int) -> bool:
