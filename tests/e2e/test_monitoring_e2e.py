@@ -34,8 +34,8 @@ def monitored_operator(operator_pod):
     url = monitoring.install()
     stack.install_operator(extra_values={"serviceMonitor": dict(MONITORS), "podMonitor": dict(MONITORS)})
     # The Prometheus Operator writes the new scrape config into a Secret; the kubelet brings a
-    # changed Secret volume to the pod on its periodic sync (about a minute), then the reloader
-    # reloads Prometheus. Start the job only once both monitors are loaded.
+    # changed Secret volume to the pod on its periodic sync (10 s in the dev cluster, a minute by
+    # default), then the reloader reloads Prometheus. Start the job only once both monitors are loaded.
     wait_until(lambda: all(pool in _loaded_scrape_jobs(url) for pool in (SERVICE_POOL, POD_POOL)), timeout=240,
                interval=2, what="Prometheus to load the chart's monitors")
     yield url
