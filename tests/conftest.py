@@ -28,10 +28,37 @@ if TYPE_CHECKING:  # the kubernetes client is imported by the fixtures that need
     from tests.support.operator import OperatorProcess  # venv runs its tests without it
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Chaos drills run last: they restart control-plane processes, and no other test should pay
-    for a component still recovering."""
-    items.sort(key=lambda item: item.get_closest_marker("chaos") is not None)
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--cluster-tests", choices=("all", "only", "none"), default="all",
+                     help="run every test (all), only those that use the local cluster (only), or only those "
+                          "that do not (none: unit tests and local DDP runs, which `make test` runs on every core)")
+
+
+def _uses_cluster(item: pytest.Item) -> bool:
+    return "cluster" in getattr(item, "fixturenames", ())
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """``--cluster-tests`` selects by whether a test uses the cluster fixture. Chaos drills run last:
+    they restart control-plane processes, and no other test should pay for a component still
+    recovering. The modules that use Kueue run together just before them, so that one Kueue
+    install serves them all (the ``kueue`` fixture)."""
+    choice = config.getoption("--cluster-tests")
+    if choice != "all":
+        keep = [item for item in items if _uses_cluster(item) == (choice == "only")]
+        kept = {id(item) for item in keep}
+        config.hook.pytest_deselected(items=[item for item in items if id(item) not in kept])
+        items[:] = keep
+    with_kueue = {item.module for item in items if "kueue" in getattr(item, "fixturenames", ())}
+    items.sort(key=lambda item: (item.get_closest_marker("chaos") is not None,
+                                 getattr(item, "module", None) in with_kueue))
+
+
+def _next_module_uses(request: pytest.FixtureRequest, fixture: str) -> bool:
+    """Whether the test after this module's last one (in the session's order) asks for ``fixture``."""
+    items = request.session.items
+    last = max((i for i, item in enumerate(items) if getattr(item, "module", None) is request.module), default=-1)
+    return 0 <= last < len(items) - 1 and fixture in getattr(items[last + 1], "fixturenames", ())
 
 
 # Control-plane processes that exit by design on an internal error: kube-scheduler ends itself when
@@ -194,20 +221,29 @@ def operator(_operator_process: OperatorProcess) -> OperatorProcess:
     return _operator_process
 
 
+_KUEUE_KEPT: dict[str, bool] = {"for the next module": False}
+
+
 @pytest.fixture(scope="module")
-def kueue(api, cluster: Path, _operator_process: OperatorProcess) -> Iterator[None]:
-    """A real Kueue v0.17 (devcluster/kueue.py) for one test module, with the simulated cpu pool's
-    ResourceFlavor; the process operator restarted so that it sees the Workload API. Both undone
-    afterwards: no other test pays for Kueue's webhooks."""
+def kueue(request, api, cluster: Path, _operator_process: OperatorProcess) -> Iterator[None]:
+    """A real Kueue v0.17 (devcluster/kueue.py) for the test modules that use it (they run one
+    after the other), with the simulated cpu pool's ResourceFlavor; the process operator restarted
+    so that it sees the Workload API. Both undone after the last of them: no other test pays for
+    Kueue's webhooks."""
     from devcluster import kueue as dev_kueue
     from tests.support import kueue as kq
 
-    dev_kueue.install()
-    kq.delete_cluster_scoped(api, "resourceflavors", kq.FLAVOR)
-    kq.create_cluster_scoped(api, "resourceflavors", kq.flavor())
-    if _operator_process.proc is not None and _operator_process.proc.poll() is None:
-        _operator_process.restart()
+    if not _KUEUE_KEPT["for the next module"]:
+        dev_kueue.install()
+        kq.delete_cluster_scoped(api, "resourceflavors", kq.FLAVOR)
+        kq.create_cluster_scoped(api, "resourceflavors", kq.flavor())
+        if _operator_process.proc is not None and _operator_process.proc.poll() is None:
+            _operator_process.restart()
+    _KUEUE_KEPT["for the next module"] = False
     yield
+    if _next_module_uses(request, "kueue"):
+        _KUEUE_KEPT["for the next module"] = True
+        return
     kq.delete_cluster_scoped(api, "resourceflavors", kq.FLAVOR)
     dev_kueue.uninstall()
     if _operator_process.proc is not None and _operator_process.proc.poll() is None:
