@@ -74,6 +74,9 @@ test-unit: binaries ## unit tests only (no cluster), one pytest worker per core 
 
 test-fast: lint test-unit ## the inner loop: lint and the unit tests, no cluster (under a minute once the venv exists)
 
+test-local: binaries ## every test that needs no cluster: the unit tests and the local DDP runs, one pytest worker per core
+	@venv=$(VENV); bash devcluster/pytest.sh "$$venv/bin/python" -m "not mindspore" --cluster-tests none -n auto $(PYTEST_ARGS)
+
 # mindspore 2.10 needs numpy 1.x, so its tests run in their own venv; the main venv skips them
 # (CI=true: fails them, naming make venv-mindspore).
 test-mindspore: ## the MindSpore backend's tests (unit + msrun e2e) with its own venv; no cluster
@@ -82,13 +85,17 @@ test-mindspore: ## the MindSpore backend's tests (unit + msrun e2e) with its own
 	  tests/unit/test_trainer_mindspore_metrics.py \
 	  tests/e2e/test_mindspore_local.py $(PYTEST_ARGS)
 
-# lint and the unit tests come before cluster-up, so their failures are reported in a minute, before
-# any cluster work. The MindSpore tests come next (no cluster, ~1 min): the torch runs deselect them.
+# lint and the tests that need no cluster come first, on every core, so their failures are reported
+# in a few minutes, before any cluster work. The MindSpore tests come next (no cluster, ~1 min): the
+# torch runs deselect them. The tests on the cluster run one at a time: they share it.
 # The chaos drills run shorter here (2 minutes of churn, 3 API-server restarts) than in `make chaos`.
-test: lint test-unit cluster-up kubeflow kueue-binary netpol-binary test-mindspore ## lint, then every test: unit, integration (real control plane), end-to-end, MindSpore
+test: lint test-local cluster-up kubeflow kueue-binary netpol-binary test-mindspore ## lint, then every test: unit, integration (real control plane), end-to-end, MindSpore
 	@venv=$(VENV); KUBECONFIG=$(KUBECONFIG_PATH) DPJOB_CHURN_SECONDS=$${DPJOB_CHURN_SECONDS:-120} \
 	  DPJOB_APISERVER_RESTARTS=$${DPJOB_APISERVER_RESTARTS:-3} \
-	  bash devcluster/pytest.sh "$$venv/bin/python" -m "not unit and not mindspore" $(PYTEST_ARGS)
+	  bash devcluster/pytest.sh "$$venv/bin/python" -m "not mindspore and not bench" --cluster-tests only $(PYTEST_ARGS)
+
+test-bench: cluster-up kubeflow ## the benchmarks' own tests: tiny runs of bench/compare.py and the pod-shape benchmark (~4 min; not in `make test`)
+	@venv=$(VENV); KUBECONFIG=$(KUBECONFIG_PATH) bash devcluster/pytest.sh "$$venv/bin/python" -m bench $(PYTEST_ARGS)
 
 chaos: cluster-up ## only the chaos drills (API-server restarts, a 429 storm, two replicas under churn); `make test` runs them last
 	@venv=$(VENV); KUBECONFIG=$(KUBECONFIG_PATH) bash devcluster/pytest.sh "$$venv/bin/python" -m chaos tests/chaos $(PYTEST_ARGS)
@@ -111,4 +118,4 @@ gpu-check: ## on a GPU machine: our trainer against a bare PyTorch DDP loop per 
 clean: cluster-down ## remove local state (caches under ~/.cache/dpjob are kept)
 	@rm -rf .devcluster .pytest_cache .mypy_cache .ruff_cache
 
-.PHONY: help venv venv-mindspore test-mindspore test-fast binaries kubeflow kueue-binary netpol-binary kueue netpol bench-compare images push release doctor cluster-up cluster-down cluster-status crds run lint test-unit test chaos dev bench dashboard-pictures gpu-check clean
+.PHONY: help venv venv-mindspore test-mindspore test-fast test-local test-bench binaries kubeflow kueue-binary netpol-binary kueue netpol bench-compare images push release doctor cluster-up cluster-down cluster-status crds run lint test-unit test chaos dev bench dashboard-pictures gpu-check clean

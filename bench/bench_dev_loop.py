@@ -33,14 +33,11 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from devcluster import cluster, publish, realnode, registry  # noqa: E402
+from devcluster.kube import kubectl  # noqa: E402
+from devcluster.waits import TimedOut, wait_until  # noqa: E402
 
 MARK_FILE = REPO / "trainer-image" / "dpjob_trainer" / "_bench_mark.py"
 RESULTS = REPO / "bench" / "results"
-
-
-def kubectl(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([str(cluster.BIN / "kubectl"), "--kubeconfig", str(cluster.KUBECONFIG), *args],
-                          capture_output=True, text=True, check=check, timeout=300)
 
 
 def run_pod(name: str, image: str, mark: str, pull: str, timeout: float = 300) -> None:
@@ -51,15 +48,12 @@ def run_pod(name: str, image: str, mark: str, pull: str, timeout: float = 300) -
                     "containers": [{"name": "trainer", "image": image, "imagePullPolicy": pull,
                                     "command": ["python", "-c",
                                                 "import dpjob_trainer._bench_mark as m; print(m.MARK)"]}]}}
-    subprocess.run([str(cluster.BIN / "kubectl"), "--kubeconfig", str(cluster.KUBECONFIG), "apply", "-f", "-"],
-                   input=json.dumps(pod), capture_output=True, text=True, check=True)
-    deadline = time.monotonic() + timeout
+    kubectl("apply", "-f", "-", stdin=json.dumps(pod))
     try:
-        while time.monotonic() < deadline:
-            if mark in kubectl("logs", "-n", "default", name, check=False).stdout:
-                return
-            time.sleep(0.2)
-        raise SystemExit(f"bench: pod {name} did not print the marker in {timeout:.0f}s")
+        wait_until(lambda: mark in kubectl("logs", "-n", "default", name, check=False).stdout, timeout, 0.2,
+                   what=f"pod {name} to print the marker")
+    except TimedOut as e:
+        raise SystemExit(f"bench: {e}") from None
     finally:
         kubectl("delete", "pod", "-n", "default", name, "--wait=false", check=False)
 

@@ -1,7 +1,9 @@
-"""The side-by-side benchmark cannot rot: a tiny run of bench/compare.py through all four engines
+"""The side-by-side benchmarks cannot rot: a tiny run of bench/compare.py through all four engines
 (the raw client, dpjob with and without gang scheduling, the real Kubeflow training-operator) and
-every scenario (one job, many jobs, a gang restart) writes a well-formed table. Not a timed test:
-the numbers are only checked to exist and to be consistent."""
+every scenario (one job, many jobs, a gang restart) writes a well-formed table, and so does the pod
+shape benchmark. Not timed tests: the numbers are only checked to exist and to be consistent.
+
+Benchmarks, not behaviour: `make test-bench` runs them (about 4 minutes), `make test` does not."""
 
 from __future__ import annotations
 
@@ -14,7 +16,7 @@ import pytest
 from tests.support.cluster import kubectl
 from tests.support.paths import REPO
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.bench]
 
 
 @pytest.mark.timeout(900)
