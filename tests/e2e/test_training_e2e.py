@@ -205,8 +205,11 @@ def test_a_rank_container_killed_with_sigkill_recreates_the_gang_which_resumes_f
 
 def test_the_operator_container_killed_mid_run_comes_back_without_disturbing_the_job(api, core, namespace,
                                                                                        operator_pod):
-    name = "steady"  # ranks that run for 40 s, long enough to restart the operator under them
-    dpj.create(api, namespace, trainer_job(name, ["-c", "import time; time.sleep(40)"], command=["python"]))
+    name = "steady"  # ranks that run until the test lets them end: once the operator is back
+    done = workdir(namespace, name) / "done"
+    done.parent.mkdir(parents=True, exist_ok=True)
+    dpj.create(api, namespace, trainer_job(name, [
+        "-c", f"import os, time\nwhile not os.path.exists({str(done)!r}): time.sleep(0.2)"], command=["python"]))
     dpj.wait_phase(api, namespace, name, "Running", timeout=180)
     before = {p.metadata.name: p.metadata.uid for p in dpj.rank_pods(core, namespace, name)}
     op_uid, op_restarts = operator_pod["metadata"]["uid"], _restart_count(operator_pod)
@@ -215,6 +218,7 @@ def test_the_operator_container_killed_mid_run_comes_back_without_disturbing_the
     wait_until(lambda: (lambda p: p and p["metadata"]["uid"] == op_uid and _restart_count(p) > op_restarts
                         and _ready(p))(stack.operator_pod()), timeout=120,
                what="the kubelet to restart the operator container")
+    done.touch()
     st = dpj.wait_phase(api, namespace, name, "Succeeded", timeout=300)
     assert st["restarts"] == 0, "the operator's restart disturbed the gang"
     after = {p.metadata.name: p.metadata.uid for p in dpj.rank_pods(core, namespace, name)}
