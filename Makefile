@@ -75,7 +75,7 @@ test-unit: binaries ## unit tests only (no cluster), one pytest worker per core 
 test-fast: lint test-unit ## the inner loop: lint and the unit tests, no cluster (under a minute once the venv exists)
 
 test-local: binaries ## every test that needs no cluster: the unit tests and the local DDP runs, one pytest worker per core
-	@venv=$(VENV); bash devcluster/pytest.sh "$$venv/bin/python" -m "not mindspore" --cluster-tests none -n auto $(PYTEST_ARGS)
+	@venv=$(VENV); bash devcluster/pytest.sh "$$venv/bin/python" -m "not mindspore and not bench" --cluster-tests none -n auto $(PYTEST_ARGS)
 
 # mindspore 2.10 needs numpy 1.x, so its tests run in their own venv; the main venv skips them
 # (CI=true: fails them, naming make venv-mindspore).
@@ -85,16 +85,17 @@ test-mindspore: ## the MindSpore backend's tests (unit + msrun e2e) with its own
 	  tests/unit/test_trainer_mindspore_metrics.py \
 	  tests/e2e/test_mindspore_local.py $(PYTEST_ARGS)
 
-# lint and the tests that need no cluster come first, on every core, so their failures are reported
-# in a few minutes, before any cluster work. The MindSpore tests come next (no cluster, ~1 min): the
-# torch runs deselect them. The tests on the cluster run one at a time: they share it.
-# The chaos drills run shorter here (2 minutes of churn, 3 API-server restarts) than in `make chaos`.
-test: lint test-local cluster-up kubeflow kueue-binary netpol-binary test-mindspore ## lint, then every test: unit, integration (real control plane), end-to-end, MindSpore
+# lint first: its failures are reported in seconds, before any cluster work. Then the tests on the
+# cluster run one at a time (they share it), and beside them, in the background at a lower CPU
+# priority, every test that needs no cluster: unit tests, local DDP runs, the MindSpore backend's
+# (devcluster/test.sh says why and how). The chaos drills run shorter here (2 minutes of churn,
+# 3 API-server restarts) than in `make chaos`.
+test: lint cluster-up binaries kubeflow kueue-binary netpol-binary venv-mindspore ## lint, then every test: unit, integration (real control plane), end-to-end, MindSpore
 	@venv=$(VENV); KUBECONFIG=$(KUBECONFIG_PATH) DPJOB_CHURN_SECONDS=$${DPJOB_CHURN_SECONDS:-120} \
 	  DPJOB_APISERVER_RESTARTS=$${DPJOB_APISERVER_RESTARTS:-3} \
-	  bash devcluster/pytest.sh "$$venv/bin/python" -m "not mindspore and not bench" --cluster-tests only $(PYTEST_ARGS)
+	  bash devcluster/test.sh "$$venv/bin/python" -m "not mindspore and not bench" --cluster-tests only $(PYTEST_ARGS)
 
-test-bench: cluster-up kubeflow ## the benchmarks' own tests: tiny runs of bench/compare.py and the pod-shape benchmark (~4 min; not in `make test`)
+test-bench: cluster-up kubeflow ## the benchmarks' own tests: tiny runs of bench/compare.py, the pod-shape benchmark and the GPU check on CPU (~6 min; not in `make test`)
 	@venv=$(VENV); KUBECONFIG=$(KUBECONFIG_PATH) bash devcluster/pytest.sh "$$venv/bin/python" -m bench $(PYTEST_ARGS)
 
 chaos: cluster-up ## only the chaos drills (API-server restarts, a 429 storm, two replicas under churn); `make test` runs them last

@@ -1,6 +1,7 @@
 """`make gpu-check` cannot rot: the same script runs here on CPU (torchrun, gloo, a tiny
 transformer) and must print every row for every precision with ratios that are numbers in a
-sane range. About a minute on 2 cores (nine torchrun launches), hence e2e, not unit."""
+sane range. About two minutes on 2 cores (nine torchrun launches): a benchmark's own run, so
+`make test-bench` runs it, not `make test`."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import pytest
 
 from tests.support.paths import REPO
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.bench]
 pytest.importorskip("torch")
 
 ROWS = ("ours", "bare", "ours-no-metrics", "ours/bare", "ours-no-metrics/bare", "metrics overhead")

@@ -326,7 +326,7 @@ def test_the_helper_users_copy_from_the_docs_serves_what_the_reader_takes():
 
     try:
         assert proc.stdout.readline().strip() == "hanging after step 5"  # stops stepping from here on
-        rep = wait_until(report, timeout=30, what="the script's progress page")
+        rep = wait_until(report, timeout=90, what="the script's progress page")
     finally:
         proc.kill()
         proc.wait()

@@ -87,7 +87,7 @@ def test_the_counter_script_counts_and_reports_the_previous_exit_in_a_real_shell
     for name, text in files.items():
         (run / name).write_text(text)
     script = COUNTER_SCRIPT.replace(RUN_DIR, str(run)).replace("/dev/termination-log", str(log))
-    subprocess.run(["sh", "-c", script], check=True, timeout=10)
+    subprocess.run(["sh", "-c", script], check=True, timeout=60)
     assert (run / "restart-count").read_text().strip() == count
     assert (log.read_text().strip() if log.exists() else "") == message
     assert not (run / "trainer-exit").exists() and not (run / "trainer-running").exists()

@@ -184,7 +184,7 @@ def test_two_ranks_lose_a_training_process_restart_warm_and_finish_identical(tmp
     try:
         wait_until(lambda: (tmp_path / "ckpt").exists() and any((tmp_path / "ckpt").iterdir()), timeout=120,
                    interval=0.1, what="a checkpoint")
-        (worker,) = wait_until(lambda: _children(procs[1].pid), timeout=10, what="rank 1's training process")
+        (worker,) = wait_until(lambda: _children(procs[1].pid), timeout=60, what="rank 1's training process")
         killed_at = time.time()
         os.kill(worker, signal.SIGKILL)
         outs = [p.communicate(timeout=180) for p in procs]
@@ -220,7 +220,7 @@ def test_a_killed_supervisor_takes_its_training_process_with_it(tmp_path):
     finally:
         sup.kill()
         sup.wait(timeout=30)
-    wait_until(lambda: not Path(f"/proc/{worker}").exists() or "Z" in _state(worker), timeout=10,
+    wait_until(lambda: not Path(f"/proc/{worker}").exists() or "Z" in _state(worker), timeout=60,
                what="the training process to end with its supervisor")
 
 
