@@ -1,5 +1,6 @@
 """Several real nodes: a job's ranks on two nodes training together over the pod network, a node that
-dies mid-run (its kubelet stopped; its containerd restarted), and rank pods nobody else can reach.
+dies mid-run (its kubelet stopped; its containerd restarted), and rank pods nobody else can reach
+but their scrapers, on the metrics port only.
 
 The module adds ``real-1`` (its own containerd, kubelet, bridge and subnet 10.88.1.0/24) and the
 NetworkPolicy engine (devcluster/netpol.py) for its tests, and removes both afterwards, so every
@@ -31,6 +32,7 @@ from tests.support.waits import wait_until
 # The MindSpore image is built by its own e2e module first (cached); a cold machine builds it here.
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(1800)]
 SECOND = "real-1"
+METRICS_PORT = 9090  # the trainer's metrics port when the template names none (DPJOB_METRICS_PORT)
 
 
 @pytest.fixture(scope="module")
@@ -45,6 +47,27 @@ def two_nodes(cluster, api) -> Iterator[list[str]]:
     yield ["real-0", SECOND]
     netpol.uninstall()
     node_changes.remove_node(1)
+
+
+# The chart's default scrapers (helm/dpjob-operator/values.yaml networkPolicy.metricsFrom): pods
+# labelled as Prometheus, in any namespace, may open a rank pod's metrics ports, and nothing else.
+SCRAPERS = {"app.kubernetes.io/name": "prometheus"}
+
+
+@pytest.fixture(scope="module")
+def scraped_operator(_operator_process, tmp_path_factory) -> Iterator[None]:
+    """The shared operator, configured as the chart configures it: its jobs' NetworkPolicies admit
+    the scrapers on the metrics ports. Restored (and restarted) after the module."""
+    config = tmp_path_factory.mktemp("operator") / "config.json"
+    config.write_text(json.dumps({"networkPolicyMetricsFrom": [
+        {"namespaceSelector": {}, "podSelector": {"matchLabels": SCRAPERS}}]}))
+    _operator_process.extra_env["DPJOB_CONFIG"] = str(config)
+    if _operator_process.proc is not None and _operator_process.proc.poll() is None:
+        _operator_process.restart()
+    yield
+    _operator_process.extra_env.pop("DPJOB_CONFIG", None)
+    if _operator_process.proc is not None and _operator_process.proc.poll() is None:
+        _operator_process.restart()
 
 
 def prepull(core, node: str, image: str, namespace: str = "default") -> None:
@@ -89,13 +112,25 @@ except OSError as e:
 """
 
 
+SCRAPE = """
+import sys, urllib.request
+try:
+    body = urllib.request.urlopen(f"http://{sys.argv[1]}:{sys.argv[2]}/metrics", timeout=5).read().decode()
+except OSError as e:
+    print(f"refused or dropped: {e}")
+    sys.exit(3)
+sys.exit(0 if "dpjob_trainer_" in body else 4)
+"""
+
+
 def start_probe(core, namespace: str, name: str, ip: str, port: int, node: str,
-                labels: dict[str, str] | None = None) -> tuple[str, str]:
-    """A pod of the trainer image on ``node`` that opens a TCP connection to ip:port."""
+                labels: dict[str, str] | None = None, script: str = CONNECT) -> tuple[str, str]:
+    """A pod of the trainer image on ``node`` that opens a TCP connection to ip:port (``SCRAPE``:
+    reads the trainer's metrics there, as Prometheus does)."""
     pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "labels": labels or {"app": "probe"}},
            "spec": {"restartPolicy": "Never", "nodeName": node, "tolerations": [dict(TOLERATION)],
                     "automountServiceAccountToken": False,
-                    "containers": [{"name": "probe", "image": trainer_image(), "command": ["python", "-c", CONNECT],
+                    "containers": [{"name": "probe", "image": trainer_image(), "command": ["python", "-c", script],
                                     "args": [ip, str(port)], "imagePullPolicy": "IfNotPresent"}]}}
     core.create_namespaced_pod(namespace, pod)
     return namespace, name
@@ -119,7 +154,7 @@ def paced_job(name: str, namespace: str, steps: int, pace: float, replicas: int 
 
 
 def test_four_ranks_on_two_nodes_train_together_and_only_their_own_job_reaches_them(
-        api, core, namespace, operator, two_nodes):
+        api, core, namespace, scraped_operator, operator, two_nodes):
     name, steps = "spread", 500
     dpj.create(api, namespace, paced_job(name, namespace, steps, pace=0.1, replicas=4))
     dpj.wait_phase(api, namespace, name, "Running", timeout=180)
@@ -130,21 +165,28 @@ def test_four_ranks_on_two_nodes_train_together_and_only_their_own_job_reaches_t
     policy = wait_until(lambda: _policy(namespace, name), timeout=30, what="the job's NetworkPolicy")
     wait_until(lambda: log_events(namespace, f"{name}-rank-0", "start"), timeout=120, what="rank 0's store up")
     assert policy["spec"]["podSelector"]["matchLabels"]["dpjob.io/job-name"] == name
+    assert policy["spec"]["ingress"][1]["ports"] == [{"protocol": "TCP", "port": METRICS_PORT}], policy
 
     # Neither a pod of another namespace (on the other node) nor another pod of this namespace can
     # open rank 0's rendezvous port; a pod with the job's labels (no rank label: the operator
-    # ignores it) can. The three probe at once, while the job trains.
+    # ignores it) can. A scraper (Prometheus's labels, another namespace) reads the trainer's metrics
+    # and cannot open the rendezvous port. The five probe at once, while the job trains.
     other = f"{namespace}-other"
     core.create_namespace({"metadata": {"name": other}})
     try:
         job_labels = {k: rank0.metadata.labels[k] for k in ("dpjob.io/job-name", "app.kubernetes.io/managed-by")}
         probes = {"outsider": start_probe(core, other, "outsider", ip, port, "real-1"),
                   "neighbour": start_probe(core, namespace, "neighbour", ip, port, "real-0"),
-                  "insider": start_probe(core, namespace, "insider", ip, port, "real-1", labels=job_labels)}
+                  "insider": start_probe(core, namespace, "insider", ip, port, "real-1", labels=job_labels),
+                  "scraper": start_probe(core, other, "scraper", ip, METRICS_PORT, "real-1", labels=SCRAPERS,
+                                         script=SCRAPE),
+                  "scraper at the store": start_probe(core, other, "scraper-store", ip, port, "real-0",
+                                                      labels=SCRAPERS)}
         reached = {who: connected(core, probe) for who, probe in probes.items()}
     finally:
         core.delete_namespace(other)
-    assert reached == {"outsider": False, "neighbour": False, "insider": True}, reached
+    assert reached == {"outsider": False, "neighbour": False, "insider": True, "scraper": True,
+                       "scraper at the store": False}, reached
     assert dpj.status(api, namespace, name).get("phase") == "Running", "the job ended before every probe ran"
 
     st = dpj.wait_phase(api, namespace, name, "Succeeded", timeout=300)
