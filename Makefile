@@ -15,7 +15,7 @@ venv: ## create or reuse the cached virtual environment
 	@bash devcluster/venv.sh >/dev/null
 
 venv-mindspore: ## create or reuse the MindSpore trainer's venv (~/.cache/dpjob/venv-ms-<sha>; ~800 MB download)
-	@bash devcluster/venv-mindspore.sh
+	@bash devcluster/venv-mindspore.sh >/dev/null
 
 binaries: ## build or reuse etcd, kube-*, kubelet, kubectl, kwok, helm, CoreDNS, Prometheus and the registry from Go modules
 	@bash devcluster/build.sh >/dev/null
@@ -88,10 +88,10 @@ test-mindspore: ## the MindSpore backend's tests (unit + msrun e2e) with its own
 # lint first: its failures are reported in seconds, before any cluster work. Then the tests on the
 # cluster run one at a time (they share it), and beside them, in the background at a lower CPU
 # priority, every test that needs no cluster: unit tests, local DDP runs, the MindSpore backend's
-# (devcluster/test.sh says why and how). The chaos drills run shorter here (2 minutes of churn,
-# 3 API-server restarts) than in `make chaos`.
+# (devcluster/test.sh says why and how). The chaos drills run shorter here (a minute of churn with
+# a failover in its middle, 3 API-server restarts) than in `make chaos` (5 minutes, 5 restarts).
 test: lint cluster-up binaries kubeflow kueue-binary netpol-binary venv-mindspore ## lint, then every test: unit, integration (real control plane), end-to-end, MindSpore
-	@venv=$(VENV); KUBECONFIG=$(KUBECONFIG_PATH) DPJOB_CHURN_SECONDS=$${DPJOB_CHURN_SECONDS:-120} \
+	@venv=$(VENV); KUBECONFIG=$(KUBECONFIG_PATH) DPJOB_CHURN_SECONDS=$${DPJOB_CHURN_SECONDS:-60} \
 	  DPJOB_APISERVER_RESTARTS=$${DPJOB_APISERVER_RESTARTS:-3} \
 	  bash devcluster/test.sh "$$venv/bin/python" -m "not mindspore and not bench" --cluster-tests only $(PYTEST_ARGS)
 

@@ -9,7 +9,7 @@ server's own event streams (a watch on pods and on jobs for the whole drill):
 * failover: the standby leads in under 15 s (the Lease's 10 s plus up to two retry periods) after the
   leader dies without releasing it, and the work goes on.
 
-The drill runs ``DPJOB_CHURN_SECONDS`` (default 300; ``make test`` runs 120, ``make chaos`` 300):
+The drill runs ``DPJOB_CHURN_SECONDS`` (default 300; ``make test`` runs 60, ``make chaos`` 300):
 jobs of 2 to 4 ranks are applied every two seconds, a third of them finish, a third fail once and
 restart, a third run; older ones are deleted.
 """
