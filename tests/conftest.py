@@ -237,8 +237,7 @@ def kueue(request, api, cluster: Path, _operator_process: OperatorProcess) -> It
         dev_kueue.install()
         kq.delete_cluster_scoped(api, "resourceflavors", kq.FLAVOR)
         kq.create_cluster_scoped(api, "resourceflavors", kq.flavor())
-        if _operator_process.proc is not None and _operator_process.proc.poll() is None:
-            _operator_process.restart()
+        _operator_process.restart_if_running()
     _KUEUE_KEPT["for the next module"] = False
     yield
     if _next_module_uses(request, "kueue"):
@@ -246,8 +245,7 @@ def kueue(request, api, cluster: Path, _operator_process: OperatorProcess) -> It
         return
     kq.delete_cluster_scoped(api, "resourceflavors", kq.FLAVOR)
     dev_kueue.uninstall()
-    if _operator_process.proc is not None and _operator_process.proc.poll() is None:
-        _operator_process.restart()
+    _operator_process.restart_if_running()
 
 
 @pytest.fixture(scope="session")

@@ -62,12 +62,10 @@ def scraped_operator(_operator_process, tmp_path_factory) -> Iterator[None]:
     config.write_text(json.dumps({"networkPolicyMetricsFrom": [
         {"namespaceSelector": {}, "podSelector": {"matchLabels": SCRAPERS}}]}))
     _operator_process.extra_env["DPJOB_CONFIG"] = str(config)
-    if _operator_process.proc is not None and _operator_process.proc.poll() is None:
-        _operator_process.restart()
+    _operator_process.restart_if_running()
     yield
     _operator_process.extra_env.pop("DPJOB_CONFIG", None)
-    if _operator_process.proc is not None and _operator_process.proc.poll() is None:
-        _operator_process.restart()
+    _operator_process.restart_if_running()
 
 
 def prepull(core, node: str, image: str, namespace: str = "default") -> None:

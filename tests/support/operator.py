@@ -182,6 +182,12 @@ class OperatorProcess:
         self.stop()
         self.start()
 
+    def restart_if_running(self) -> None:
+        """Pick up a changed environment (``extra_env``, an API group installed since it started);
+        a stopped operator gets it when it next starts."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.restart()
+
     def metrics(self) -> str:
         with urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=5) as r:
             text: str = r.read().decode()
