@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from dpjob_operator.api.managed_by import DEFAULT_CONTROLLER, valid_controller_name
 from dpjob_operator.api.pools import DEFAULT_POOLS, PoolConfig
 from dpjob_operator.election_config import SERVICEACCOUNT_NAMESPACE, LeaderElectionConfig, leader_election_config
 
@@ -37,6 +38,8 @@ class OperatorConfig:
     # pass sees a gang's batch (api/pod_changes.py); failures and deletions are looked at at once.
     pod_batch_seconds: float = 0.5
     namespaces: tuple[str, ...] = ()  # empty = all namespaces
+    # The jobs this operator runs: those whose spec.managedBy names it (unset names the default).
+    controller_name: str = DEFAULT_CONTROLLER
     metrics_port: int = 8080
     health_port: int = 8081
     # Where /metrics and /healthz listen. In a pod, 0.0.0.0: the kubelet probes the pod IP and
@@ -123,6 +126,7 @@ SCALARS: tuple[tuple[str, str, str, Callable[[Any], Any]], ...] = (  # sizes: ta
     ("stuckTerminatingSeconds", "DPJOB_STUCK_TERMINATING_SECONDS", "stuck_terminating_seconds", float),
     ("networkPolicy", "DPJOB_NETWORK_POLICY", "network_policy", str),
     ("kueue", "DPJOB_KUEUE", "kueue", str),
+    ("controllerName", "DPJOB_CONTROLLER_NAME", "controller_name", str),
     ("kueueShortWorkloadNames", "DPJOB_KUEUE_SHORT_WORKLOAD_NAMES", "kueue_short_workload_names", _flag),
 )
 
@@ -166,6 +170,9 @@ def _validate(cfg: OperatorConfig) -> None:
         raise ValueError(f"restartInPlace must be one of {', '.join(GANG_MODES)}, got {cfg.restart_in_place!r}")
     if cfg.network_policy not in SWITCH_MODES:
         raise ValueError(f"networkPolicy must be one of {', '.join(SWITCH_MODES)}, got {cfg.network_policy!r}")
+    if not valid_controller_name(cfg.controller_name):
+        raise ValueError(f"controllerName must be a domain-prefixed name such as {DEFAULT_CONTROLLER} "
+                         f"(what a job's spec.managedBy may hold), got {cfg.controller_name!r}")
     if cfg.kueue not in GANG_MODES:
         raise ValueError(f"kueue must be one of {', '.join(GANG_MODES)}, got {cfg.kueue!r}")
     if cfg.gang_scheduling not in GANG_MODES:

@@ -4,7 +4,8 @@ A relist replaces what the controller holds, as client-go's informers do: a job 
 watch ran is forgotten (else its writes would be retried and it would be counted for ever), one
 deleted and created again is taken anew, one that did not change queues no pass. Then the watch
 delivers a new job, a change and a deletion. The jobs are suspended, so the shared operator writes
-their status once and then leaves them alone.
+their status once and then leaves them alone. A job another controller runs (``spec.managedBy``) is
+neither held nor queued.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from dpjob_operator.k8s.connection import tuned
 from tests.support import cluster as dpj
 from tests.support.builders import JobBuilder
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.side_stream]  # beside the others (devcluster/test.sh)
 
 
 def _kube(kubeconfig) -> KubeClient:
@@ -48,7 +49,7 @@ def test_the_job_watch_forgets_what_went_and_queues_only_what_changed(cluster, a
 
     async def scenario() -> JobCache:
         cache = JobCache(_kube(cluster), asyncio.get_running_loop(), (namespace,), queued.append,
-                         lambda key, uid: forgotten.append((key, uid)))
+                         lambda key, uid: forgotten.append((key, uid)), dpj.controller_name())
         cache.jobs.update({  # what a controller held when its watch broke
             (namespace, "kept"): kept,
             (namespace, "gone"): {"metadata": {"namespace": namespace, "name": "gone", "uid": "uid-of-a-deleted-job"}},
@@ -72,6 +73,10 @@ def test_the_job_watch_forgets_what_went_and_queues_only_what_changed(cluster, a
             dpj.delete(api, namespace, "fresh")
             await _until(lambda: (namespace, "fresh") not in cache.jobs)
             assert forgotten[-1] == ((namespace, "fresh"), fresh["metadata"]["uid"])
+
+            dpj.create(api, namespace, JobBuilder("theirs", namespace).set("managedBy", "example.com/other").obj())
+            await _until(lambda: (namespace, "theirs") in cache.elsewhere)
+            assert (namespace, "theirs") not in cache.jobs and (namespace, "theirs") not in queued
         finally:
             cache.stop()
         return cache

@@ -92,7 +92,7 @@ def test_example_runs_on_the_right_pool_with_the_right_env(api, core, namespace,
                                                             example: Path):
     manifest = yaml.safe_load(example.read_text())
     pool, replicas, world, device = expected(example, manifest)
-    out = kubectl("apply", "-n", namespace, "-f", str(example), check=False)
+    out = dpj.apply_file(namespace, example)
     assert out.returncode == 0, out.stderr
     name = manifest["metadata"]["name"]
     pods = wait_pods(core, namespace, name, replicas)
@@ -129,6 +129,19 @@ def test_success_path_and_events(api, core, namespace, operator):
     for reason in ("Accepted", "AllRanksRunning", "JobSucceeded"):
         dpj.wait_event(namespace, "train", reason)
     assert "JobSucceeded" in kubectl("describe", "dpj", "train", "-n", namespace).stdout
+
+
+def test_a_job_another_controller_runs_is_left_alone(api, core, namespace, operator):
+    """spec.managedBy naming another controller (Kueue's MultiKueue, a second install): no pods,
+    no status, no events from this operator, while it runs its own job in the same namespace."""
+    dpj.create(api, namespace, JobBuilder("theirs", namespace).set("managedBy", "example.com/other").obj())
+    dpj.create(api, namespace, JobBuilder("ours", namespace).obj())
+    wait_until(lambda: f"job {namespace}/theirs is run by example.com/other" in operator.log_text(), timeout=30,
+               what="the operator's line about the job it leaves alone")
+    wait_pods(core, namespace, "ours", 2)
+    dpj.wait_event(namespace, "ours", "Accepted")
+    assert "status" not in dpj.get(api, namespace, "theirs")
+    assert dpj.rank_pods(core, namespace, "theirs") == [] and dpj.events(namespace, "theirs") == []
 
 
 def test_failing_rank_restarts_the_gang(api, core, namespace, operator):
@@ -366,6 +379,7 @@ INVALID = [
     ("own-scheduling-group", {"template": {"spec": {"schedulingGroup": {"podGroupName": "mine"}, "containers": [
         {"name": "trainer", "image": "x"}]}}}, "schedulingGroup"),
     ("bad-topology-key", {"placement": {"topologyKey": "not a label key!"}}, "spec.placement.topologyKey"),
+    ("managed-by-without-domain", {"managedBy": "my-controller"}, "spec.managedBy"),
 ]
 
 
@@ -387,7 +401,8 @@ def test_immutable_fields_cannot_change(api, namespace, crds):
     dpj.create(api, namespace, JobBuilder("frozen").obj())
     for patch, field in (({"accelerator": "gpu"}, "spec.accelerator"), ({"framework": "oneflow"}, "spec.framework"),
                          ({"procsPerReplica": 4}, "spec.procsPerReplica"),
-                         ({"rendezvous": {"dnsRecords": "allRanks"}}, "spec.rendezvous.dnsRecords")):
+                         ({"rendezvous": {"dnsRecords": "allRanks"}}, "spec.rendezvous.dnsRecords"),
+                         ({"managedBy": "example.com/other"}, "spec.managedBy")):
         out = kubectl("patch", "dpj", "frozen", "-n", namespace, "--type=merge", "-p",
                       json.dumps({"spec": patch}), check=False)
         assert out.returncode != 0 and "immutable" in out.stderr and field in out.stderr, out.stderr

@@ -9,9 +9,12 @@ from __future__ import annotations
 
 import functools
 import json
+import subprocess
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
+import yaml
 from kubernetes import client
 
 from devcluster import kube
@@ -30,10 +33,34 @@ def _jobs(api: client.ApiClient) -> Any:
     return client.CustomObjectsApi(api)
 
 
+# The operator this test session's jobs name in spec.managedBy (``--operator-name``, set by
+# tests/conftest.py): None leaves the field unset, for the default operator. A session that runs
+# beside another (devcluster/test.sh) has an operator of its own, which runs only the jobs naming it.
+OPERATOR_NAME: dict[str, str | None] = {"managedBy": None}
+
+
+def controller_name() -> str:
+    from dpjob_operator.api.managed_by import DEFAULT_CONTROLLER
+
+    return OPERATOR_NAME["managedBy"] or DEFAULT_CONTROLLER
+
+
 def create(api: client.ApiClient, namespace: str, body: dict[str, Any]) -> dict[str, Any]:
-    """Create a DataParallelJob (``JobBuilder(...).obj()`` or a parsed example)."""
+    """Create a DataParallelJob (``JobBuilder(...).obj()`` or a parsed example), for this session's operator."""
+    if OPERATOR_NAME["managedBy"] and "managedBy" not in body.get("spec", {}):
+        body = {**body, "spec": {**body["spec"], "managedBy": OPERATOR_NAME["managedBy"]}}
     created: dict[str, Any] = _jobs(api).create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, body)
     return created
+
+
+def apply_file(namespace: str, path: Path) -> subprocess.CompletedProcess[str]:
+    """``kubectl apply -f path`` as a user runs it, the jobs in it naming this session's operator."""
+    docs = [d for d in yaml.safe_load_all(path.read_text()) if d]
+    if OPERATOR_NAME["managedBy"]:
+        for doc in docs:
+            if doc.get("kind") == "DataParallelJob":
+                doc["spec"].setdefault("managedBy", OPERATOR_NAME["managedBy"])
+    return kubectl("apply", "-n", namespace, "-f", "-", stdin=yaml.safe_dump_all(docs), check=False)
 
 
 def get(api: client.ApiClient, namespace: str, name: str) -> dict[str, Any]:

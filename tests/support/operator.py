@@ -10,6 +10,10 @@ for real, not only because the fixtures scale one to zero. ``start`` returns onc
 leads (``wait_to_lead``), so a test never times a job against a standby; ``stop`` (SIGTERM)
 releases the Lease, so whichever operator comes next leads within a retry period.
 
+Every such process runs the jobs this test session makes (``spec.managedBy``: the default
+controller, or the side stream's own when ``devcluster/test.sh`` runs two sessions at once), and no
+other session's.
+
 The shared operator of the tests is ``supervised``: started again when it exits on its own, as the
 kubelet restarts the operator's pod. A leader that cannot renew its Lease within the renew
 deadline (an API server slowed down by a thousand pods, or restarted by a chaos drill) exits by
@@ -29,7 +33,7 @@ import time
 import urllib.request
 from pathlib import Path
 
-from tests.support.cluster import kubectl, lease_holder
+from tests.support.cluster import controller_name, kubectl, lease_holder
 from tests.support.paths import REPO
 from tests.support.ports import free_port
 from tests.support.waits import wait_until
@@ -102,6 +106,7 @@ class OperatorProcess:
                "DPJOB_METRICS_PORT": str(self.metrics_port), "DPJOB_HEALTH_PORT": str(self.health_port),
                **LOCAL_PROCESS_ENV,
                "DPJOB_RESYNC_SECONDS": "5", "DPJOB_STUCK_TERMINATING_SECONDS": "5",
+               "DPJOB_CONTROLLER_NAME": controller_name(),  # runs the jobs this test session makes
                "PYTHONPATH": _source_pythonpath(), **self._election_env(),
                **self.extra_env}
         with open(self.log_path, "ab") as logf:  # the child keeps its own descriptor

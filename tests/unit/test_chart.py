@@ -27,7 +27,8 @@ needs_helm = pytest.mark.skipif(
 @pytest.mark.parametrize("bad", ["imagee.tag=x", "podMonitor.enable=true", "pools.gpu.deviceResorce=x",
                                  "serviceMonitor.additionalLabel.release=kps",
                                  "leaderElection.enabled=false,replicaCount=2", "leaderElection.enable=true",
-                                 "logLevel=verbose", "pools.tpu.defaultBackend=nccl"])
+                                 "logLevel=verbose", "pools.tpu.defaultBackend=nccl",
+                                 "controllerName=no-domain"])
 def test_values_schema_rejects_typos(bad: str):
     proc = template(set_=[bad], check=False)
     assert proc.returncode != 0, f"--set {bad} was accepted"

@@ -179,6 +179,7 @@ and networkPolicy.metricsFrom (Prometheus). NetworkPolicy peers, as a YAML list.
   "resyncSeconds" .Values.resyncSeconds
   "podBatchSeconds" .Values.podBatchSeconds
   "namespaces" .Values.watchNamespaces
+  "controllerName" .Values.controllerName
   "metricsPort" .Values.metrics.port
   "healthPort" .Values.health.port
   "metricsAuth" .Values.metrics.auth

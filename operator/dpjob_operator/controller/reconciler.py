@@ -69,7 +69,7 @@ class Controller:
         self.blocking = Blocking(loop, cfg.create_concurrency + cfg.workers + 4, cfg.create_concurrency)
         self.pods = PodCache(kube, self.pod_changed, cfg.namespaces)
         self.nodes = NodeCache(kube, self.pods.node_changed)  # a lost node wakes the jobs on it
-        self.job_cache = JobCache(kube, loop, cfg.namespaces, self.enqueue, self._forget)
+        self.job_cache = JobCache(kube, loop, cfg.namespaces, self.enqueue, self._forget, cfg.controller_name)
         self.jobs = self.job_cache.jobs
         self.queue: WorkQueue[JobKey] = WorkQueue(metrics.CONTROLLER, loop)
         # A verdict joins the pods' batch: a Scheduled one comes with every rank's binding anyway.
@@ -216,6 +216,8 @@ class Controller:
 
     async def reconcile(self, key: JobKey) -> float | None:
         """One pass over the job; returns when to look again unprompted (None: not until an event)."""
+        if key in self.job_cache.elsewhere:
+            return None  # another controller's job (spec.managedBy): its pods prompted this pass
         body = self.jobs.get(key)
         job = await self.spec_errors.parse(key, body)
         # A deleted job's Kueue Workload (this job's, or a namesake's) is released once its pods are gone.
