@@ -86,7 +86,7 @@ test-mindspore: ## the MindSpore backend's tests (unit + msrun e2e) with its own
 	  tests/e2e/test_mindspore_local.py $(PYTEST_ARGS)
 
 # lint first: its failures are reported in seconds, before any cluster work. Then the tests on the
-# cluster run one at a time (they share it), and beside them, in the background at a lower CPU
+# cluster run in two streams at once (they share it), and beside them, in the background at a lower CPU
 # priority, every test that needs no cluster: unit tests, local DDP runs, the MindSpore backend's
 # (devcluster/test.sh says why and how). The chaos drills run shorter here (a minute of churn with
 # a failover in its middle, 3 API-server restarts) than in `make chaos` (5 minutes, 5 restarts).

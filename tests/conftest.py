@@ -32,6 +32,28 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption("--cluster-tests", choices=("all", "only", "none"), default="all",
                      help="run every test (all), only those that use the local cluster (only), or only those "
                           "that do not (none: unit tests and local DDP runs, which `make test` runs on every core)")
+    parser.addoption("--cluster-stream", choices=("all", "main", "side"), default="all",
+                     help="all: every selected test in this session; main: all but the side_stream tests; side: "
+                          "only those, under an operator of this session's own that runs only the jobs this "
+                          "session makes (spec.managedBy), so the two sessions run side by side "
+                          "(devcluster/test.sh)")
+
+
+# The controller the side stream's jobs name in spec.managedBy: its operator runs them, and the
+# main stream's operators (the process, the Helm-installed pod) leave them alone.
+SIDE_STREAM_OPERATOR = "dpjob.io/test-side-stream"
+SIDE_STREAM_LEASE = ("default", "dpjob-test-side-stream")
+
+
+def _side_stream(config: pytest.Config) -> bool:
+    return bool(config.getoption("--cluster-stream") == "side")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if _side_stream(config):
+        from tests.support import cluster as dpj
+
+        dpj.OPERATOR_NAME["managedBy"] = SIDE_STREAM_OPERATOR
 
 
 def _uses_cluster(item: pytest.Item) -> bool:
@@ -39,13 +61,16 @@ def _uses_cluster(item: pytest.Item) -> bool:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """``--cluster-tests`` selects by whether a test uses the cluster fixture. Chaos drills run last:
+    """``--cluster-tests`` selects by whether a test uses the cluster fixture, ``--cluster-stream`` by
+    the side_stream marker. Chaos drills run last:
     they restart control-plane processes, and no other test should pay for a component still
     recovering. The modules that use Kueue run together just before them, so that one Kueue
     install serves them all (the ``kueue`` fixture)."""
-    choice = config.getoption("--cluster-tests")
-    if choice != "all":
-        keep = [item for item in items if _uses_cluster(item) == (choice == "only")]
+    choice, stream = config.getoption("--cluster-tests"), config.getoption("--cluster-stream")
+    keep = [item for item in items
+            if (choice == "all" or _uses_cluster(item) == (choice == "only"))
+            and (stream == "all" or (item.get_closest_marker("side_stream") is not None) == (stream == "side"))]
+    if len(keep) != len(items):
         kept = {id(item) for item in keep}
         config.hook.pytest_deselected(items=[item for item in items if id(item) not in kept])
         items[:] = keep
@@ -122,11 +147,28 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
 
 def pytest_runtest_setup(item: pytest.Item) -> None:
     """``@pytest.mark.mindspore`` tests need the MindSpore venv: skipped without it, failed under CI.
-    A cluster test starts with every control-plane process that can be restarted running."""
+    A cluster test starts with every control-plane process that can be restarted running. A chaos
+    drill starts once the side stream (if one runs) is over: it breaks what every test relies on."""
     if item.get_closest_marker("mindspore") is not None:
         require_mindspore()
+    if item.get_closest_marker("chaos") is not None:
+        _wait_for_the_side_stream(item.config)
     if any(item.get_closest_marker(m) for m in ("integration", "e2e", "chaos")):
         _REVIVER.revive_now()
+
+
+# devcluster/test.sh names the file the side stream's session writes when it ends.
+SIDE_STREAM_DONE = "DPJOB_SIDE_STREAM_DONE"
+
+
+def _wait_for_the_side_stream(config: pytest.Config) -> None:
+    done = os.environ.get(SIDE_STREAM_DONE)
+    if not done or Path(done).exists():
+        return
+    reporter = config.pluginmanager.get_plugin("terminalreporter")
+    if reporter is not None:
+        reporter.write_line(f"\n[test] the chaos drills wait for the side stream to end ({done})")
+    wait_until(lambda: Path(done).exists(), timeout=3600, interval=1, what="the side stream's tests to end")
 
 
 def _cluster_ready() -> bool:
@@ -138,7 +180,7 @@ def _cluster_ready() -> bool:
 
 
 @pytest.fixture(scope="session")
-def cluster() -> Path:
+def cluster(request: pytest.FixtureRequest) -> Path:
     """The kubeconfig of a running local cluster; brings one up if none is running."""
     if not _cluster_ready():
         bin_dir = subprocess.run(["bash", str(REPO / "devcluster" / "build.sh")], check=True,
@@ -146,7 +188,8 @@ def cluster() -> Path:
         subprocess.run([sys.executable, str(REPO / "devcluster" / "cluster.py"), "up", "--bin-dir", bin_dir,
                         "--python", sys.executable], check=True)
     os.environ["KUBECONFIG"] = str(KUBECONFIG)
-    _REVIVER.start()
+    if not _side_stream(request.config):  # one session restarts the control plane's processes
+        _REVIVER.start()
     return KUBECONFIG
 
 
@@ -188,16 +231,22 @@ def crds(cluster: Path) -> None:
 
 
 @pytest.fixture(scope="session")
-def _operator_process(cluster: Path, crds) -> Iterator[OperatorProcess]:
+def _operator_process(request: pytest.FixtureRequest, cluster: Path, crds) -> Iterator[OperatorProcess]:
     """The shared process operator. At the end of the session the Helm-installed operator gets back
     the replicas it had (the tests scale it to zero): after `make test` the dev cluster still
-    reconciles what its user applies."""
+    reconciles what its user applies. The side stream's runs only its own jobs, on a Lease of its
+    own, and leaves the Helm-installed operator alone."""
     from devcluster import stack
     from tests.support.operator import OperatorProcess
 
-    chart_replicas = stack.operator_replicas()
     logs = DEVCLUSTER / "logs"
     logs.mkdir(parents=True, exist_ok=True)
+    if _side_stream(request.config):
+        side = OperatorProcess(cluster, logs / "operator-test-side.log", lease=SIDE_STREAM_LEASE, supervised=True)
+        yield side
+        side.stop()
+        return
+    chart_replicas = stack.operator_replicas()
     op = OperatorProcess(cluster, logs / "operator-test.log", supervised=True)
     yield op
     op.stop()
@@ -206,7 +255,7 @@ def _operator_process(cluster: Path, crds) -> Iterator[OperatorProcess]:
 
 
 @pytest.fixture()
-def operator(_operator_process: OperatorProcess) -> OperatorProcess:
+def operator(request: pytest.FixtureRequest, _operator_process: OperatorProcess) -> OperatorProcess:
     """The operator as a process of this checkout, shared by the tests in their own namespaces.
 
     The Helm-installed operator pod (``make dev``, the e2e tests) watches every namespace too: it
@@ -215,10 +264,22 @@ def operator(_operator_process: OperatorProcess) -> OperatorProcess:
     """
     from devcluster import stack
 
-    stack.scale_operator(0)
+    if not _side_stream(request.config):
+        stack.scale_operator(0)
     if _operator_process.proc is None or _operator_process.proc.poll() is not None:
         _operator_process.start()
     return _operator_process
+
+
+@pytest.fixture()
+def no_operator(request: pytest.FixtureRequest, _operator_process: OperatorProcess) -> None:
+    """No operator acts on this test's jobs: the session's process operator stopped, and (outside
+    the side stream, whose jobs no other operator runs) the Helm-installed one scaled to zero."""
+    from devcluster import stack
+
+    _operator_process.stop()
+    if not _side_stream(request.config):
+        stack.scale_operator(0)
 
 
 _KUEUE_KEPT: dict[str, bool] = {"for the next module": False}
@@ -233,6 +294,7 @@ def kueue(request, api, cluster: Path, _operator_process: OperatorProcess) -> It
     from devcluster import kueue as dev_kueue
     from tests.support import kueue as kq
 
+    _main_stream_only(request, "kueue")
     if not _KUEUE_KEPT["for the next module"]:
         dev_kueue.install()
         kq.delete_cluster_scoped(api, "resourceflavors", kq.FLAVOR)
@@ -248,11 +310,18 @@ def kueue(request, api, cluster: Path, _operator_process: OperatorProcess) -> It
     _operator_process.restart_if_running()
 
 
+def _main_stream_only(request: pytest.FixtureRequest, fixture: str) -> None:
+    if _side_stream(request.config):
+        pytest.fail(f"the {fixture} fixture changes what every test sees (Kueue, the Helm release): "
+                    "a side_stream test cannot use it; drop the module's side_stream marker")
+
+
 @pytest.fixture(scope="session")
-def _helm_operator(cluster: Path, crds) -> str:
+def _helm_operator(request: pytest.FixtureRequest, cluster: Path, crds) -> str:
     """``helm upgrade --install`` once per session, with the operator image of this checkout."""
     from devcluster import stack
 
+    _main_stream_only(request, "operator_pod")
     return stack.install_operator()
 
 

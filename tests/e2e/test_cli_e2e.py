@@ -43,6 +43,7 @@ model(torch.full((8, 4), float(rank + 1))).pow(2).mean().backward()  # different
 optimizer.step()
 weights = sum(p.detach().sum().item() for p in model.parameters())
 print(f"rank {rank} of {world}: one DDP step, weights {weights:.6f}", flush=True)
+dist.barrier()  # no rank tears its process group down while another still uses it
 dist.destroy_process_group()
 """
 

@@ -26,7 +26,7 @@ from tests.support import cluster as dpj
 from tests.support.cluster import lease_holder
 from tests.support.operator import dev_lease
 from tests.support.paths import EXAMPLES
-from tests.support.realnode_jobs import log_events, reports, trainer_job, workdir
+from tests.support.realnode_jobs import log_events, reports, trainer_job, wait_log_event, workdir
 from tests.support.waits import wait_until
 
 # The MindSpore image is built by its own e2e module first (cached); a cold machine builds it here.
@@ -161,7 +161,7 @@ def test_four_ranks_on_two_nodes_train_together_and_only_their_own_job_reaches_t
     rank0 = next(p for p in dpj.rank_pods(core, namespace, name) if p.metadata.labels["dpjob.io/rank"] == "0")
     ip, port = rank0.status.pod_ip, 29500
     policy = wait_until(lambda: _policy(namespace, name), timeout=30, what="the job's NetworkPolicy")
-    wait_until(lambda: log_events(namespace, f"{name}-rank-0", "start"), timeout=120, what="rank 0's store up")
+    wait_log_event(namespace, f"{name}-rank-0", "start", timeout=120, what="rank 0's store up")
     assert policy["spec"]["podSelector"]["matchLabels"]["dpjob.io/job-name"] == name
     assert policy["spec"]["ingress"][1]["ports"] == [{"protocol": "TCP", "port": METRICS_PORT}], policy
 
@@ -217,7 +217,7 @@ def test_a_node_whose_kubelet_stops_is_left_and_the_job_resumes_on_the_node_left
     dpj.create(api, namespace, paced_job(name, namespace, steps, pace=0.05))
     dpj.wait_phase(api, namespace, name, "Running", timeout=180)
     assert sorted(nodes_of(core, namespace, name).values()) == ["real-0", "real-1"]
-    wait_until(lambda: log_events(namespace, f"{name}-rank-0", "start"), timeout=60, what="rank 0 training")
+    wait_log_event(namespace, f"{name}-rank-0", "start", timeout=60, what="rank 0 training")
     stopped = time.monotonic()
     node_changes.stop_component("kubelet-1")
     try:
@@ -252,7 +252,7 @@ def test_a_node_whose_containerd_restarts_keeps_its_ranks_running(api, core, nam
     dpj.wait_phase(api, namespace, name, "Running", timeout=180)
     before = {p.metadata.name: p.metadata.uid for p in dpj.rank_pods(core, namespace, name)}
     assert sorted(nodes_of(core, namespace, name).values()) == ["real-0", "real-1"]
-    wait_until(lambda: log_events(namespace, f"{name}-rank-1", "start"), timeout=60, what="rank 1 training")
+    wait_log_event(namespace, f"{name}-rank-1", "start", timeout=60, what="rank 1 training")
     node_changes.stop_component("containerd-1")
     node_changes.revive_component("containerd-1")
     st = dpj.wait_phase(api, namespace, name, "Succeeded", timeout=240)

@@ -14,7 +14,7 @@ from tests.support.builders import JobBuilder
 from tests.support.cluster import wait_pods
 from tests.support.waits import wait_until
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.side_stream]  # beside the others (devcluster/test.sh)
 
 
 def _foreign_pod(core, namespace: str, name: str, labels: dict[str, str] | None = None) -> client.V1Pod:

@@ -23,7 +23,7 @@ from tests.support.paths import EXAMPLES, KUBECONFIG, REPO, example_files
 from tests.support.ports import free_port
 from tests.support.waits import wait_until
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.side_stream]  # beside the others (devcluster/test.sh)
 
 
 def dpjob(*args: str, kubeconfig: Path = KUBECONFIG) -> subprocess.CompletedProcess[str]:

@@ -17,7 +17,7 @@ import pytest
 from dpjob_operator.k8s.client import KubeClient
 from dpjob_operator.k8s.connection import tuned
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.side_stream]  # beside the others (devcluster/test.sh)
 
 
 def _connections(caplog: pytest.LogCaptureFixture) -> int:

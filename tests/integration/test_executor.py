@@ -40,7 +40,7 @@ from tests.support.builders import JobBuilder
 from tests.support.clocks import FakeClock
 from tests.support.waits import wait_until
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.side_stream]  # beside the others (devcluster/test.sh)
 
 
 class Harness:
@@ -58,11 +58,8 @@ class Harness:
 
 
 @pytest.fixture
-def harness(api: Any, _operator_process: Any) -> Iterator[Harness]:
-    from devcluster import stack
-
-    _operator_process.stop()  # nobody else may act on the job: what exists is the executor's doing
-    stack.scale_operator(0)
+def harness(api: Any, no_operator: None) -> Iterator[Harness]:
+    """Nobody else may act on the job: what exists is the executor's doing."""
     h = Harness(api)
     yield h
     h.loop.close()

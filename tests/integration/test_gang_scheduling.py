@@ -17,7 +17,7 @@ from tests.support import cluster as dpj
 from tests.support.builders import JobBuilder
 from tests.support.waits import wait_until
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.side_stream]  # beside the others (devcluster/test.sh)
 G, V = "scheduling.k8s.io", "v1alpha2"
 
 

@@ -14,14 +14,15 @@ from tests.support import cluster as dpj
 from tests.support.builders import JobBuilder
 from tests.support.cluster import wait_pods
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.side_stream]  # beside the others (devcluster/test.sh)
 
 
 @pytest.fixture()
 def old_kubelet_node(core) -> Iterator[str]:
     """A kwok node of the cpu pool that declares no features (a kubelet older than 1.36, or the gate off)."""
     label = f"old-{uuid.uuid4().hex[:5]}"
-    manifest = node_manifest(PoolSpec("cpu", 1, {"dpjob.io/pool": "cpu", "dpjob.io/test-node": label}, [], {}), 0)
+    taint = {"key": "dpjob.io/test-node", "value": label, "effect": "NoSchedule"}  # no other test's pods
+    manifest = node_manifest(PoolSpec("cpu", 1, {"dpjob.io/pool": "cpu", "dpjob.io/test-node": label}, [taint], {}), 0)
     manifest["metadata"]["name"] = label
     manifest["metadata"]["labels"]["kubernetes.io/hostname"] = label
     del manifest["status"]["declaredFeatures"]
@@ -33,7 +34,8 @@ def old_kubelet_node(core) -> Iterator[str]:
 def test_an_in_place_job_on_kubelets_without_the_feature_runs_recreate(api, core, namespace, operator,
                                                                         old_kubelet_node):
     job = JobBuilder("oldpool").replicas(2).run_policy(backoffLimit=2, restartStrategy="InPlace") \
-        .set("template.spec.nodeSelector", {"dpjob.io/test-node": old_kubelet_node})
+        .set("template.spec.nodeSelector", {"dpjob.io/test-node": old_kubelet_node}) \
+        .tolerate("dpjob.io/test-node", old_kubelet_node)
     dpj.create(api, namespace, job.obj())
     st = dpj.wait_phase(api, namespace, "oldpool", "Running", timeout=90)
     assert st["restartStrategy"] == "Recreate" and st["restartsByReason"] == {"InPlaceUnavailable": 1}, st

@@ -34,7 +34,7 @@ from tests.support.operator import OperatorProcess
 from tests.support.paths import DEVCLUSTER
 from tests.support.waits import wait_until
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.side_stream]  # beside the others (devcluster/test.sh)
 TIMINGS = LeaseTimings()
 LEASE = "dpjob-operator-leader"
 # A standby polls every retry period (+20% jitter), plus a request or two.

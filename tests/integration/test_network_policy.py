@@ -11,7 +11,7 @@ from tests.support.builders import JobBuilder
 from tests.support.cluster import wait_pods
 from tests.support.waits import wait_until
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.side_stream]  # beside the others (devcluster/test.sh)
 RANKS = {"dpjob.io/job-name": "iso", "app.kubernetes.io/managed-by": "dpjob-operator"}
 
 

@@ -25,7 +25,7 @@ from tests.support.builders import JobBuilder
 from tests.support.cluster import JOB_LABEL, RESTART_LABEL
 from tests.support.waits import wait_until
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.side_stream]  # beside the others (devcluster/test.sh)
 JOB = "lost"
 NODE_LABEL = "dpjob.io/node-loss-test"
 
@@ -40,7 +40,9 @@ def doomed_node(core) -> Iterator[str]:
     """A kwok node of the cpu pool that only this test's job selects; deleted in teardown if the test
     did not get that far."""
     suffix = uuid.uuid4().hex[:5]
-    manifest = node_manifest(PoolSpec(f"loss-{suffix}", 1, {"dpjob.io/pool": "cpu", NODE_LABEL: suffix}, [], {}), 0)
+    taint = {"key": NODE_LABEL, "value": suffix, "effect": "NoSchedule"}  # no other test's pods land there
+    manifest = node_manifest(PoolSpec(f"loss-{suffix}", 1, {"dpjob.io/pool": "cpu", NODE_LABEL: suffix}, [taint], {}),
+                             0)
     name = manifest["metadata"]["name"]
     core.create_node(manifest)
     try:
@@ -67,7 +69,8 @@ def test_a_node_deleted_under_a_running_gang_restarts_it_elsewhere_uncharged(api
                                                                              doomed_node):
     node = doomed_node
     label = core.read_node(node).metadata.labels[NODE_LABEL]
-    job = JobBuilder(JOB).replicas(2).node_selector({NODE_LABEL: label}).run_policy(backoffLimit=0)
+    job = JobBuilder(JOB).replicas(2).node_selector({NODE_LABEL: label}).tolerate(NODE_LABEL, label) \
+        .run_policy(backoffLimit=0)
     dpj.create(api, namespace, job.obj())
     try:
         dpj.wait_phase(api, namespace, JOB, "Running", timeout=40)

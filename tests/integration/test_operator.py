@@ -19,7 +19,7 @@ from tests.support.kwok import fail_pod
 from tests.support.paths import REPO, example_files
 from tests.support.waits import wait_until
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.side_stream]  # beside the others (devcluster/test.sh)
 
 
 def pool_of(core, pod) -> str:

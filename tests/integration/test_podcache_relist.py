@@ -21,7 +21,7 @@ from dpjob_operator.k8s.client import KubeClient
 from dpjob_operator.k8s.connection import tuned
 from tests.support.waits import wait_until
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.side_stream]  # beside the others (devcluster/test.sh)
 
 RANKS = 4
 

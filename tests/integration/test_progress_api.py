@@ -16,7 +16,7 @@ from tests.support import cluster as dpj
 from tests.support.builders import JobBuilder
 from tests.support.cluster import kubectl
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.side_stream]  # beside the others (devcluster/test.sh)
 
 
 def test_stall_fields_get_their_default_and_bad_values_are_refused_naming_the_field(api, crds, namespace):

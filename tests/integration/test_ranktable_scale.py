@@ -16,7 +16,7 @@ from tests.support import cluster as dpj
 from tests.support.builders import JobBuilder
 from tests.support.waits import TimedOut, wait_until
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.side_stream]  # beside the others (devcluster/test.sh)
 
 CONFIGMAP_LIMIT = 1024 * 1024
 
@@ -54,11 +54,14 @@ def test_the_crd_refuses_a_gang_whose_rank_table_cannot_fit(api, namespace, buil
         assert message is not None and "would not fit in a ConfigMap" in message and "spec.replicas" in message
 
 
+SCALE_TAINT = {"key": "dpjob.io/test-node", "value": "scale", "effect": "NoSchedule"}
+
+
 @pytest.fixture()
 def extra_cpu_nodes(core) -> Iterator[list[str]]:
     """Eleven more kwok nodes in the cpu pool: with the two of the dev cluster, room for 1,430 pods, so
     pods of earlier tests still being deleted cannot leave a rank of the 1,100 without a place."""
-    pool = PoolSpec("cpu", 11, {"dpjob.io/pool": "cpu"}, [], {})
+    pool = PoolSpec("cpu", 11, {"dpjob.io/pool": "cpu"}, [SCALE_TAINT], {})  # tainted: no other test's pods
     names = []
     for i in range(100, 111):
         manifest = node_manifest(pool, i)
@@ -72,7 +75,8 @@ def extra_cpu_nodes(core) -> Iterator[list[str]]:
 def test_a_1100_by_8_rank_table_is_published_compact_on_kwok_nodes(api, core, namespace, operator,
                                                                       extra_cpu_nodes):
     replicas, procs = 1100, 8
-    dpj.create(api, namespace, JobBuilder("big").replicas(replicas).procs(procs).obj())
+    dpj.create(api, namespace, JobBuilder("big").replicas(replicas).procs(procs)
+               .tolerate(SCALE_TAINT["key"], SCALE_TAINT["value"]).obj())
 
     def completed() -> dict | None:
         try:

@@ -18,7 +18,7 @@ from dpjob_operator.reconcile.actions import Event
 from tests.support import cluster as dpj
 from tests.support.clocks import FakeClock
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.side_stream]  # beside the others (devcluster/test.sh)
 
 
 def _job(namespace: str) -> dict[str, Any]:

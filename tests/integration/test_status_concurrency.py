@@ -10,15 +10,12 @@ from dpjob_operator.k8s.client import KubeClient
 from tests.support import cluster as dpj
 from tests.support.builders import JobBuilder
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.side_stream]  # beside the others (devcluster/test.sh)
 
 
 @pytest.fixture
-def kube(api, _operator_process):
-    from devcluster import stack
-
-    _operator_process.stop()  # only this test writes the job's status
-    stack.scale_operator(0)
+def kube(api, no_operator):
+    """Only this test writes the job's status."""
     return KubeClient(api, qps=50, burst=100)
 
 

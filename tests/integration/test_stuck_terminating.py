@@ -32,7 +32,7 @@ from tests.support.builders import JobBuilder
 from tests.support.cluster import GROUP, JOB_LABEL, PLURAL, RESTART_LABEL, VERSION, wait_pods
 from tests.support.waits import wait_until
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.side_stream]  # beside the others (devcluster/test.sh)
 JOB = "train"
 
 

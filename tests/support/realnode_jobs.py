@@ -9,6 +9,7 @@ from pathlib import Path
 from devcluster import stack
 from tests.support.builders import JobBuilder
 from tests.support.cluster import kubectl
+from tests.support.waits import TimedOut, wait_until
 
 
 def trainer_job(name: str, args: list[str], replicas: int = 2, command: list[str] | None = None,
@@ -36,8 +37,12 @@ def log_lines(namespace: str, pod: str, since: str | None = None) -> list[dict]:
     skipped. ``since``: only lines logged at or after this RFC 3339 time (``kubectl logs --since-time``)."""
     out = kubectl("logs", "-n", namespace, pod, "-c", "trainer", *([f"--since-time={since}"] if since else []),
                   check=False)
+    return _json_lines(out.stdout)
+
+
+def _json_lines(text: str) -> list[dict]:
     lines = []
-    for line in out.stdout.splitlines():
+    for line in text.splitlines():
         try:
             lines.append(json.loads(line))
         except json.JSONDecodeError:
@@ -47,6 +52,24 @@ def log_lines(namespace: str, pod: str, since: str | None = None) -> list[dict]:
 
 def log_events(namespace: str, pod: str, event: str) -> list[dict]:
     return [item for item in log_lines(namespace, pod) if item.get("event") == event]
+
+
+def wait_log_event(namespace: str, pod: str, event: str, timeout: float, what: str) -> list[dict]:
+    """Wait until the trainer in ``pod`` has logged ``event``; a timeout says what ``kubectl logs``
+    answered last (its error, or the last lines it returned), not only that the event never came."""
+    last: dict[str, str] = {}
+
+    def logged() -> list[dict]:
+        out = kubectl("logs", "-n", namespace, pod, "-c", "trainer", check=False)
+        last.update(rc=str(out.returncode), stderr=out.stderr.strip()[-300:],
+                    tail=" | ".join(out.stdout.splitlines()[-3:])[-300:])
+        return [item for item in _json_lines(out.stdout) if item.get("event") == event]
+
+    try:
+        return wait_until(logged, timeout=timeout, interval=0.5, what=what)
+    except TimedOut as e:
+        raise TimedOut(f"{e}; kubectl logs {pod} exited {last.get('rc')}: {last.get('stderr') or 'no error'}; "
+                       f"its last lines: {last.get('tail') or 'none'}") from None
 
 
 def training_pids(namespace: str, name: str, rank: int) -> list[int]:
