@@ -155,8 +155,7 @@ def test_a_script_configmap_the_cluster_refuses_takes_the_job_back(api, core, cr
     core.create_namespaced_resource_quota(namespace, client.V1ResourceQuota(
         metadata=client.V1ObjectMeta(name="no-more-configmaps"),
         spec=client.V1ResourceQuotaSpec(hard={"configmaps": str(used)})))
-    wait_until(lambda: (core.read_namespaced_resource_quota("no-more-configmaps", namespace).status.used or {})
-               .get("configmaps") is not None, timeout=60, interval=0.5, what="the quota controller's first count")
+    dpj.wait_quota_counted(core, namespace, "no-more-configmaps", "configmaps")
     script = tmp_path / "train.py"
     script.write_text("print('hi')\n")
     text = dpjob("-n", namespace, "run", str(script), "--name", "refused")

@@ -126,8 +126,7 @@ def test_a_table_the_api_server_refuses_is_reported_and_written_once_allowed(api
     # kube-root-ca.crt is the namespace's one ConfigMap: the quota leaves no room for the table.
     core.create_namespaced_resource_quota(namespace, client.V1ResourceQuota(
         metadata=client.V1ObjectMeta(name="no-configmaps"), spec=client.V1ResourceQuotaSpec(hard={"configmaps": "1"})))
-    wait_until(lambda: (core.read_namespaced_resource_quota("no-configmaps", namespace).status.used or {})
-               .get("configmaps") == "1", timeout=30, what="quota counted")
+    assert dpj.wait_quota_counted(core, namespace, "no-configmaps", "configmaps") == "1"
     dpj.create(api, namespace, JobBuilder().obj())
 
     def write_failed() -> dict | None:

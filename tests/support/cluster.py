@@ -122,6 +122,14 @@ def wait_pods(core: client.CoreV1Api, namespace: str, name: str, count: int, pha
     return found
 
 
+def wait_quota_counted(core: client.CoreV1Api, namespace: str, name: str, resource: str) -> str:
+    """Until kube-controller-manager's quota controller has counted ``resource`` in the quota (the API
+    server admits against that count). Its first count can wait behind a busy controller manager (a
+    thousand pods of another test being collected): a generous deadline, returned from at once."""
+    return wait_until(lambda: (core.read_namespaced_resource_quota(name, namespace).status.used or {}).get(resource),
+                      timeout=180, interval=0.5, what=f"the quota controller's first count of {name}")
+
+
 def env_of(pod: Any, container: str = "trainer") -> dict[str, str]:
     """A container's environment as the kubelet gives it (``value`` entries; ``envFrom`` ConfigMaps
     read from the cluster, as they are now): the rank pods take what all ranks share from one."""
