@@ -33,9 +33,9 @@ def _jobs(api: client.ApiClient) -> Any:
     return client.CustomObjectsApi(api)
 
 
-# The operator this test session's jobs name in spec.managedBy (``--operator-name``, set by
-# tests/conftest.py): None leaves the field unset, for the default operator. A session that runs
-# beside another (devcluster/test.sh) has an operator of its own, which runs only the jobs naming it.
+# The operator this test session's jobs name in spec.managedBy (set by tests/conftest.py for
+# ``--cluster-stream side``): None leaves the field unset, for the default operator. The side stream
+# (devcluster/test.sh) has an operator of its own, which runs only the jobs naming it.
 OPERATOR_NAME: dict[str, str | None] = {"managedBy": None}
 
 
@@ -45,21 +45,24 @@ def controller_name() -> str:
     return OPERATOR_NAME["managedBy"] or DEFAULT_CONTROLLER
 
 
+def for_this_session(job: dict[str, Any]) -> dict[str, Any]:
+    """The job naming this session's operator in spec.managedBy, unless it names one already."""
+    if not OPERATOR_NAME["managedBy"] or "managedBy" in job.get("spec", {}):
+        return job
+    return {**job, "spec": {**job["spec"], "managedBy": OPERATOR_NAME["managedBy"]}}
+
+
 def create(api: client.ApiClient, namespace: str, body: dict[str, Any]) -> dict[str, Any]:
     """Create a DataParallelJob (``JobBuilder(...).obj()`` or a parsed example), for this session's operator."""
-    if OPERATOR_NAME["managedBy"] and "managedBy" not in body.get("spec", {}):
-        body = {**body, "spec": {**body["spec"], "managedBy": OPERATOR_NAME["managedBy"]}}
-    created: dict[str, Any] = _jobs(api).create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, body)
+    created: dict[str, Any] = _jobs(api).create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL,
+                                                                         for_this_session(body))
     return created
 
 
 def apply_file(namespace: str, path: Path) -> subprocess.CompletedProcess[str]:
     """``kubectl apply -f path`` as a user runs it, the jobs in it naming this session's operator."""
-    docs = [d for d in yaml.safe_load_all(path.read_text()) if d]
-    if OPERATOR_NAME["managedBy"]:
-        for doc in docs:
-            if doc.get("kind") == "DataParallelJob":
-                doc["spec"].setdefault("managedBy", OPERATOR_NAME["managedBy"])
+    docs = [for_this_session(d) if d.get("kind") == "DataParallelJob" else d
+            for d in yaml.safe_load_all(path.read_text()) if d]
     return kubectl("apply", "-n", namespace, "-f", "-", stdin=yaml.safe_dump_all(docs), check=False)
 
 
