@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 from devcluster import stack
+from devcluster.state import LOGS
 from tests.support.builders import JobBuilder
 from tests.support.cluster import kubectl
 from tests.support.waits import TimedOut, wait_until
@@ -41,13 +42,23 @@ def log_lines(namespace: str, pod: str, since: str | None = None) -> list[dict]:
 
 
 def _json_lines(text: str) -> list[dict]:
+    """The JSON objects the trainer logged, one per line. A line may carry text before its object:
+    the kubelet joins a partial line of one stream (a C++ library's stderr) to the next line it
+    reads, so the object is decoded from where it starts, not only from the line's first byte."""
+    decoder = json.JSONDecoder()
     lines = []
     for line in text.splitlines():
-        try:
-            lines.append(json.loads(line))
-        except json.JSONDecodeError:
-            continue
-    return [item for item in lines if isinstance(item, dict)]
+        start = line.find("{")
+        while start != -1:
+            try:
+                item, _ = decoder.raw_decode(line, start)
+            except json.JSONDecodeError:
+                start = line.find("{", start + 1)
+                continue
+            if isinstance(item, dict) and "event" in item:
+                lines.append(item)
+            break
+    return lines
 
 
 def log_events(namespace: str, pod: str, event: str) -> list[dict]:
@@ -68,8 +79,11 @@ def wait_log_event(namespace: str, pod: str, event: str, timeout: float, what: s
     try:
         return wait_until(logged, timeout=timeout, interval=0.5, what=what)
     except TimedOut as e:
+        kept = LOGS / f"{namespace}-{pod}-trainer.log"
+        out = kubectl("logs", "-n", namespace, pod, "-c", "trainer", check=False)
+        kept.write_text(out.stdout + out.stderr)
         raise TimedOut(f"{e}; kubectl logs {pod} exited {last.get('rc')}: {last.get('stderr') or 'no error'}; "
-                       f"its last lines: {last.get('tail') or 'none'}") from None
+                       f"its last lines: {last.get('tail') or 'none'}; the whole log is in {kept}") from None
 
 
 def training_pids(namespace: str, name: str, rank: int) -> list[int]:
