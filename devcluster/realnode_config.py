@@ -6,6 +6,7 @@ devcluster/realnode.py says why each setting is what it is. Standard library onl
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 from devcluster.realnode_layout import CLUSTER_DOMAIN, DNS_SERVICE_IP, POD_SUBNET, TAINT, RealNode
@@ -85,6 +86,7 @@ def kubelet_config(node: RealNode, pki: Path) -> str:
         # config, a rewritten rank table) show in seconds, at a little kubelet CPU on a few pods.
         "syncFrequency": "10s",
         "containerLogMaxSize": "20Mi",
+        "podLogsDir": os.path.normpath(node.pod_logs_dir.absolute()),
         "podPidsLimit": 4096,
         "maxPods": 60,
     }

@@ -55,6 +55,14 @@ class RealNode:
         return f"/dpjob-{self.name}"
 
     @property
+    def pod_logs_dir(self) -> Path:
+        """The kubelet's pod log directory (``podLogsDir``). Its own per node: a kubelet's container
+        GC removes every directory there whose pod it does not run, so two kubelets on the default
+        ``/var/log/pods`` delete each other's logs each minute (``kubectl logs`` then starts at
+        whatever the container wrote after the kubelet reopened the file)."""
+        return self.state / "pod-logs"
+
+    @property
     def containerd_root(self) -> Path:
         return CACHE / "containerd" / self.name
 

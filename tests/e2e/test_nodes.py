@@ -192,6 +192,10 @@ def test_four_ranks_on_two_nodes_train_together_and_only_their_own_job_reaches_t
     rs = reports(namespace, name)
     assert len(rs) == 4 and all(r["steps"] == steps for r in rs)
     assert len({r["param_sha256"] for r in rs}) == 1, "ranks on two nodes ended with different parameters"
+    # Each rank's whole log is still there after a run longer than the kubelets' one-minute container
+    # GC, on either node (a kubelet removes the log directories of pods it does not run).
+    for rank in range(4):
+        assert len(log_events(namespace, f"{name}-rank-{rank}", "start")) == 1, f"rank {rank}'s log lost its start"
 
 
 def test_a_job_that_opts_out_of_isolation_is_reachable_again(api, core, namespace, operator, two_nodes):

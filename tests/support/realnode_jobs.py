@@ -43,8 +43,8 @@ def log_lines(namespace: str, pod: str, since: str | None = None) -> list[dict]:
 
 def _json_lines(text: str) -> list[dict]:
     """The JSON objects the trainer logged, one per line. A line may carry text before its object:
-    the kubelet joins a partial line of one stream (a C++ library's stderr) to the next line it
-    reads, so the object is decoded from where it starts, not only from the line's first byte."""
+    the kubelet prints a partial CRI log line (longer than containerd's 16 KiB, or cut off where its
+    stream closed) without a newline, so the object is decoded from where it starts."""
     decoder = json.JSONDecoder()
     lines = []
     for line in text.splitlines():

@@ -37,8 +37,16 @@ def test_kubelet_config_runs_on_cgroup_v1_and_points_at_cluster_dns():
     assert cfg["containerRuntimeEndpoint"] == f"unix://{NODES[0].socket}"
 
 
+def test_each_kubelet_keeps_its_pods_logs_where_no_other_kubelet_removes_them():
+    # A kubelet's container GC deletes the pod log directories of pods it does not run: on one
+    # shared directory, real-0 would delete the logs of real-1's pods.
+    dirs = [json.loads(realnode.kubelet_config(n, Path("/pki")))["podLogsDir"] for n in NODES]
+    assert dirs == ["/state/node-0/pod-logs", "/state/node-1/pod-logs"]
+
+
 def test_two_nodes_never_share_a_subnet_bridge_port_socket_or_cgroup():
-    for attr in ("subnet", "bridge", "kubelet_port", "socket", "cgroup_root", "containerd_root", "name"):
+    for attr in ("subnet", "bridge", "kubelet_port", "socket", "cgroup_root", "containerd_root", "pod_logs_dir",
+                 "name"):
         assert len({getattr(n, attr) for n in NODES}) == 2, attr
     nets = [realnode.cni_config(n)["plugins"][0] for n in NODES]
     assert [n["ipam"]["ranges"][0][0]["subnet"] for n in nets] == ["10.88.0.0/24", "10.88.1.0/24"]
