@@ -72,7 +72,7 @@ def wait_log_event(namespace: str, pod: str, event: str, timeout: float, what: s
 
     def logged() -> list[dict]:
         out = kubectl("logs", "-n", namespace, pod, "-c", "trainer", check=False)
-        last.update(rc=str(out.returncode), stderr=out.stderr.strip()[-300:],
+        last.update(rc=str(out.returncode), stderr=out.stderr.strip()[-300:], whole=out.stdout,
                     tail=" | ".join(out.stdout.splitlines()[-3:])[-300:])
         return [item for item in _json_lines(out.stdout) if item.get("event") == event]
 
@@ -80,8 +80,7 @@ def wait_log_event(namespace: str, pod: str, event: str, timeout: float, what: s
         return wait_until(logged, timeout=timeout, interval=0.5, what=what)
     except TimedOut as e:
         kept = LOGS / f"{namespace}-{pod}-trainer.log"
-        out = kubectl("logs", "-n", namespace, pod, "-c", "trainer", check=False)
-        kept.write_text(out.stdout + out.stderr)
+        kept.write_text(last.get("whole", ""))
         raise TimedOut(f"{e}; kubectl logs {pod} exited {last.get('rc')}: {last.get('stderr') or 'no error'}; "
                        f"its last lines: {last.get('tail') or 'none'}; the whole log is in {kept}") from None
 
