@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from dpjob_trainer.distributed import shutdown_process_group
+from dpjob_trainer.distributed import destroys_group_at_exit, shutdown_process_group
 
 pytestmark = pytest.mark.unit
 
@@ -31,3 +31,12 @@ def test_a_shutdown_that_raises_does_not_hang_either():
         raise RuntimeError("connection reset by peer")
 
     assert shutdown_process_group(5.0, destroy=boom) is True
+
+
+@pytest.mark.parametrize(("backend", "destroys"), [
+    ("gloo", False),  # its destructor can hang holding the GIL: the rank exits without it
+    ("nccl", True),
+    ("hccl", True),
+])
+def test_only_device_backends_destroy_their_group_at_exit(backend, destroys):
+    assert destroys_group_at_exit(backend) is destroys

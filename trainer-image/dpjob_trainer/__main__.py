@@ -244,7 +244,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         linger(args.metrics_linger)
     metrics.close()
     if exit_hard:
-        # A stuck process-group thread would hang interpreter teardown: leave now, work is saved.
+        # Interpreter teardown would destroy the process group, which can hang: leave now, work is saved.
         sys.stdout.flush()
         sys.stderr.flush()
         record_exit(code)

@@ -215,13 +215,27 @@ class CommHook:
         return max(milliseconds / 1000.0, 0.0)
 
 
+def destroys_group_at_exit(backend: str) -> bool:
+    """Whether a finished rank destroys its process group before exiting, or leaves without it.
+
+    gloo holds nothing that the kernel does not release when the process exits (sockets, threads,
+    memory), and its group's destructor can hang while it holds the GIL (pytorch/pytorch#75097:
+    both ranks logged "done" and one never exited, with no ``shutdown_timeout`` line in 120 s, so
+    no Python timeout could fire). A gloo rank therefore leaves without destroying its group, as
+    most gloo scripts do. nccl and hccl destroy it (bounded by ``shutdown_process_group``): their
+    communicators hold device resources that a clean shutdown releases.
+    """
+    return backend != "gloo"
+
+
 def shutdown_process_group(timeout: float = 30.0, destroy: Callable[[], None] | None = None) -> bool:
     """``dist.destroy_process_group()``, bounded: True if it returned within ``timeout`` seconds.
 
-    It can hang after training has finished (pytorch/pytorch#75097, open; seen here once in CI
-    with gloo: both ranks logged "done" and never exited). A pod that never exits keeps its job
-    from ever Succeeding, while everything worth keeping (checkpoint, report) is already written.
-    So the caller gives up waiting and exits the process hard instead.
+    It can hang after training has finished (pytorch/pytorch#75097, open). A pod that never exits
+    keeps its job from ever Succeeding, while everything worth keeping (checkpoint, report) is
+    already written. So the caller gives up waiting and exits the process hard instead. A hang that
+    holds the GIL defeats this timeout: gloo's does, so gloo groups are never destroyed
+    (``destroys_group_at_exit``).
     """
     done = threading.Event()
     destroy = destroy or dist.destroy_process_group

@@ -19,7 +19,7 @@ from .config import TrainConfig
 from .context import Outputs, RunContext
 from .data import make_batches
 from .devices import setup_device, wrap_for_ddp
-from .distributed import shutdown_process_group
+from .distributed import destroys_group_at_exit, shutdown_process_group
 from .env import DistEnv
 from .exits import EXIT_OK, EXIT_PREEMPTED
 from .faults import StepHooks, step_hooks
@@ -45,7 +45,7 @@ class Trainer:
     ) -> None:  # fmt: skip
         self.cfg, self.env = cfg, env
         self.io = Outputs(env, metrics, stop, out)
-        self.exit_hard = False  # the process group would not shut down: skip interpreter teardown
+        self.exit_hard = False  # skip interpreter teardown: a gloo group, or one that would not shut down
         self.failure: str | None = None  # why the run stopped with EXIT_NONFINITE, for the stderr line
         self.warm_cause: WarmCause | None = None  # rank 0 of a gang restarted warm: who failed first
         self.policy = NonfinitePolicy(cfg.nonfinite, cfg.max_nonfinite_steps)
@@ -121,8 +121,13 @@ class Trainer:
         return EXIT_OK
 
     def _shut_down(self) -> None:
+        if not (dist.is_available() and dist.is_initialized()):
+            return
+        if not destroys_group_at_exit(str(dist.get_backend())):
+            self.exit_hard = True  # leave without interpreter teardown, which would destroy the group
+            return
         timeout = self.cfg.shutdown_timeout
-        if dist.is_available() and dist.is_initialized() and not shutdown_process_group(timeout):
+        if not shutdown_process_group(timeout):
             self.io.log("shutdown_timeout", seconds=timeout,
                         message="destroy_process_group did not return; exiting without it (pytorch#75097)")
             self.exit_hard = True
