@@ -149,13 +149,7 @@ def test_rejected_credentials_are_no_cluster_access(cluster, tmp_path):
 
 def test_a_script_configmap_the_cluster_refuses_takes_the_job_back(api, core, crds, namespace, tmp_path):
     """A quota refuses the script's ConfigMap: no half-made job is left behind, one line says why."""
-    from kubernetes import client
-
-    used = len(core.list_namespaced_config_map(namespace).items)  # kube-root-ca.crt
-    core.create_namespaced_resource_quota(namespace, client.V1ResourceQuota(
-        metadata=client.V1ObjectMeta(name="no-more-configmaps"),
-        spec=client.V1ResourceQuotaSpec(hard={"configmaps": str(used)})))
-    dpj.wait_quota_counted(core, namespace, "no-more-configmaps", "configmaps")
+    dpj.quota_full_of_configmaps(core, namespace, "no-more-configmaps")
     script = tmp_path / "train.py"
     script.write_text("print('hi')\n")
     text = dpjob("-n", namespace, "run", str(script), "--name", "refused")

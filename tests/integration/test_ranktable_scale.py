@@ -46,7 +46,7 @@ BOUND_CASES = [
 @pytest.mark.parametrize(("builder", "accepted"), BOUND_CASES,
                          ids=["gpu-1630x8", "gpu-1631x8", "no-table", "npu-1155x8", "npu-1156x8",
                               "npu-generic-only", "elastic-max"])
-def test_the_crd_refuses_a_gang_whose_rank_table_cannot_fit(api, namespace, builder, accepted):
+def test_the_crd_refuses_a_gang_whose_rank_table_cannot_fit(api, crds, namespace, builder, accepted):
     message = _dry_run(api, namespace, builder.obj())
     if accepted:
         assert message is None
@@ -123,10 +123,7 @@ def _diagnosis(api, core, namespace: str, name: str) -> str:
 
 
 def test_a_table_the_api_server_refuses_is_reported_and_written_once_allowed(api, core, namespace, operator):
-    # kube-root-ca.crt is the namespace's one ConfigMap: the quota leaves no room for the table.
-    core.create_namespaced_resource_quota(namespace, client.V1ResourceQuota(
-        metadata=client.V1ObjectMeta(name="no-configmaps"), spec=client.V1ResourceQuotaSpec(hard={"configmaps": "1"})))
-    assert dpj.wait_quota_counted(core, namespace, "no-configmaps", "configmaps") == "1"
+    dpj.quota_full_of_configmaps(core, namespace, "no-configmaps")  # no room for the table
     dpj.create(api, namespace, JobBuilder().obj())
 
     def write_failed() -> dict | None:

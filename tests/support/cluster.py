@@ -125,12 +125,25 @@ def wait_pods(core: client.CoreV1Api, namespace: str, name: str, count: int, pha
     return found
 
 
-def wait_quota_counted(core: client.CoreV1Api, namespace: str, name: str, resource: str) -> str:
-    """Until kube-controller-manager's quota controller has counted ``resource`` in the quota (the API
-    server admits against that count). Its first count can wait behind a busy controller manager (a
-    thousand pods of another test being collected): a generous deadline, returned from at once."""
-    return wait_until(lambda: (core.read_namespaced_resource_quota(name, namespace).status.used or {}).get(resource),
-                      timeout=180, interval=0.5, what=f"the quota controller's first count of {name}")
+def quota_full_of_configmaps(core: client.CoreV1Api, namespace: str, name: str) -> None:
+    """A ResourceQuota named ``name`` that admits no further ConfigMap in ``namespace``, counted.
+
+    kube-controller-manager publishes the namespace's kube-root-ca.crt some time after the namespace
+    is made (later still when it is busy): a quota set from a count taken before it would leave room
+    for one more, so the ConfigMap is waited for first. The API server admits against the quota
+    controller's count, whose first pass can wait behind a busy controller manager (a thousand pods
+    of another test being collected): generous deadlines, returned from at once."""
+    root_ca = "metadata.name=kube-root-ca.crt"
+    wait_until(lambda: core.list_namespaced_config_map(namespace, field_selector=root_ca).items,
+               timeout=180, interval=0.5, what=f"kube-root-ca.crt published in {namespace}")
+    used = str(len(core.list_namespaced_config_map(namespace).items))
+    core.create_namespaced_resource_quota(namespace, client.V1ResourceQuota(
+        metadata=client.V1ObjectMeta(name=name), spec=client.V1ResourceQuotaSpec(hard={"configmaps": used})))
+
+    def counted() -> bool:
+        return (core.read_namespaced_resource_quota(name, namespace).status.used or {}).get("configmaps") == used
+
+    wait_until(counted, timeout=180, interval=0.5, what=f"the quota controller's count of {name} at {used}")
 
 
 def env_of(pod: Any, container: str = "trainer") -> dict[str, str]:
