@@ -44,11 +44,15 @@ class Runtime:
     controller: Controller | None = None
     elector: LeaderElector | None = None
     exit_code: int = 0
+    metrics_server: Any = None  # started once per process: a retried startup must not bind again
 
 
 runtime = Runtime()
 # After losing the Lease, kopf's graceful stop gets this long before the process ends anyway.
 EXIT_GRACE_SECONDS = 20.0
+# A startup that fails (the API server unreachable while the watches sync) is tried again after this
+# long, not kopf's default minute: an operator restarted during an outage leads seconds after it ends.
+STARTUP_RETRY_SECONDS = 2.0
 
 
 def configure(settings: kopf.OperatorSettings) -> None:
@@ -58,17 +62,24 @@ def configure(settings: kopf.OperatorSettings) -> None:
     settings.scanning.disabled = True  # no resource handler: no cluster-wide CRD or namespace lists
 
 
-@kopf.on.startup()
+@kopf.on.startup(backoff=STARTUP_RETRY_SECONDS)
 async def startup(settings: kopf.OperatorSettings, **_: Any) -> None:
+    """Runs again after a failure, in the same process: whatever a failed try made is undone (the
+    controller's watches, threads and job collectors) or kept (the metrics server, started once)."""
     cfg = runtime.config = runtime.config or load_config()
     configure(settings)
-    if cfg.metrics_port:
+    if cfg.metrics_port and runtime.metrics_server is None:
         authorize = DelegatedAuthorizer(load_api_client(4)).verdict if cfg.metrics_auth == "kubernetes" else None
-        serve_metrics(metrics.REGISTRY, cfg.metrics_port, cfg.metrics_bind_address, authorize,
-                      cfg.metrics_cert_file, cfg.metrics_key_file)
+        runtime.metrics_server = serve_metrics(metrics.REGISTRY, cfg.metrics_port, cfg.metrics_bind_address,
+                                               authorize, cfg.metrics_cert_file, cfg.metrics_key_file)
     api = load_api_client(cfg.create_concurrency + cfg.workers + 4)
     controller = Controller(cfg, KubeClient(api, cfg.api_qps, cfg.api_burst), asyncio.get_running_loop())
-    await controller.start()
+    try:
+        await controller.start()
+    except BaseException:
+        await controller.stop(drain_seconds=0)  # nothing was written: nothing to wait for
+        api.close()  # the next try makes a client of its own
+        raise
     runtime.controller = controller
     election = cfg.leader_election
     if not election.enabled:

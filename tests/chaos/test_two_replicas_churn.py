@@ -51,6 +51,7 @@ class Recorder:
         self.phases: dict[str, list[str]] = defaultdict(list)
         self.stop = threading.Event()
         self.errors: list[BaseException] = []
+        self._threads: list[threading.Thread] = []
 
     def _pods(self) -> None:
         core = client.CoreV1Api(self.api)
@@ -83,9 +84,19 @@ class Recorder:
                 self.errors.append(e)
                 time.sleep(0.5)
 
-    def start(self) -> None:
-        for fn in (self._pods, self._jobs):
-            threading.Thread(target=fn, daemon=True).start()
+    def __enter__(self) -> Recorder:
+        self._threads = [threading.Thread(target=fn, daemon=True, name=f"recorder{fn.__name__}")
+                         for fn in (self._pods, self._jobs)]
+        for thread in self._threads:
+            thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        """Stop recording, whatever the drill did: no watch thread outlives its test (each stream
+        ends within its 5 s server-side timeout)."""
+        self.stop.set()
+        for thread in self._threads:
+            thread.join(timeout=10)
 
 
 @pytest.fixture()
@@ -114,37 +125,37 @@ def _job(rng: random.Random, name: str) -> dict[str, Any]:
 def test_two_replicas_under_churn_never_duplicate_or_roll_back(api, core, namespace, two_replicas):
     a, b = two_replicas
     assert a.leading() and not b.leading()
-    rec = Recorder(api, namespace)
-    rec.start()
-    rng = random.Random(7)
-    live: list[str] = []
-    started = time.monotonic()
-    failover = None
-    n = 0
-    while time.monotonic() - started < CHURN_SECONDS:
-        name = f"churn-{n}"
-        n += 1
-        dpj.create(api, namespace, _job(rng, name))
-        live.append(name)
-        if len(live) > 12 and rng.random() < 0.6:
-            dpj.delete(api, namespace, live.pop(rng.randrange(len(live) - 4)))
-        if failover is None and time.monotonic() - started > CHURN_SECONDS / 2:
-            leader = a if a.leading() else b
-            standby = b if leader is a else a
-            assert leader.proc is not None
-            leader.proc.send_signal(signal.SIGKILL)  # no Lease release: the standby must wait it out
-            killed = time.monotonic()
-            wait_until(standby.leading, timeout=LEASE_DURATION + 3 * RETRY_PERIOD, interval=0.2,
-                       what="the standby to take over")
-            failover = time.monotonic() - killed
-        time.sleep(2)
+    with Recorder(api, namespace) as rec:
+        rng = random.Random(7)
+        live: list[str] = []
+        started = time.monotonic()
+        failover = None
+        n = 0
+        while time.monotonic() - started < CHURN_SECONDS:
+            name = f"churn-{n}"
+            n += 1
+            dpj.create(api, namespace, _job(rng, name))
+            live.append(name)
+            if len(live) > 12 and rng.random() < 0.6:
+                dpj.delete(api, namespace, live.pop(rng.randrange(len(live) - 4)))
+            if failover is None and time.monotonic() - started > CHURN_SECONDS / 2:
+                leader = a if a.leading() else b
+                standby = b if leader is a else a
+                assert leader.proc is not None
+                leader.proc.send_signal(signal.SIGKILL)  # no Lease release: the standby must wait it out
+                killed = time.monotonic()
+                wait_until(standby.leading, timeout=LEASE_DURATION + 3 * RETRY_PERIOD, interval=0.2,
+                           what="the standby to take over")
+                failover = time.monotonic() - killed
+            time.sleep(2)
 
-    # The survivor finishes the work: every job still there reaches a verdict or runs.
-    for name in live:
-        dpj.wait_status(api, namespace, name, lambda s: s.get("phase") in ("Running", "Succeeded", "Failed"),
-                        timeout=120, what=f"{name} settled")
-    time.sleep(5)
-    rec.stop.set()
+        # The survivor finishes the work: every job still there reaches a verdict or runs.
+        for name in live:
+            dpj.wait_status(api, namespace, name, lambda s: s.get("phase") in ("Running", "Succeeded", "Failed"),
+                            timeout=120, what=f"{name} settled")
+        # One more pass of every job by the survivor: a duplicate or a rollback it was about to write is seen.
+        survivor = a if a.leading() else b
+        survivor.wait_passes(len(live), survivor.passes(), timeout=60, what="the survivor's look at every job")
     duplicated = {k: v for k, v in rec.created.items() if len(v) > 1}
     rolled_back = {uid: seq for uid, seq in rec.restarts.items() if any(x > y for x, y in pairwise(seq))}
     revived = {uid: seq for uid, seq in rec.phases.items()

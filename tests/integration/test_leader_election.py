@@ -15,7 +15,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import re
 import time
 from collections.abc import AsyncIterator, Callable, Coroutine
 from datetime import UTC, datetime, timedelta
@@ -30,7 +29,7 @@ from dpjob_operator.k8s.leases import LeaseClient, LeaseConflict
 from tests.support import cluster as dpj
 from tests.support.builders import JobBuilder
 from tests.support.cluster import kubectl, lease, lease_holder, wait_pods
-from tests.support.operator import OperatorProcess
+from tests.support.operator import RECONCILES, OperatorProcess, metric_sum
 from tests.support.paths import DEVCLUSTER
 from tests.support.waits import wait_until
 
@@ -178,11 +177,6 @@ def test_two_writes_from_one_reading_cannot_both_win(api, namespace):
 
 # ---- two operator processes ---------------------------------------------------------------
 
-def _metric(text: str, name: str) -> float:
-    """The sum of a metric's samples in a /metrics page."""
-    return sum(float(v) for v in re.findall(rf"^{name}(?:{{[^}}]*}})? (\S+)$", text, re.M))
-
-
 def _processes(cluster: Any, namespace: str) -> tuple[OperatorProcess, OperatorProcess]:
     """Two operators on one Lease in the test namespace, each watching only that namespace."""
     env = {"DPJOB_NAMESPACES": namespace}
@@ -210,18 +204,16 @@ def test_only_the_leader_reconciles_and_a_killed_leaders_jobs_are_taken_over(clu
         dpj.wait_phase(api, namespace, "one", "Running")
         # One more pass of the leader (these operators watch only this namespace): a standby that
         # reconciled would have by now, on the same events and resync timers.
-        passes = _metric(first.metrics(), "controller_runtime_reconcile_total")
-        wait_until(lambda: _metric(first.metrics(), "controller_runtime_reconcile_total") > passes, timeout=15,
-                   what="the leader's next pass of the job")
+        first.wait_passes(1, first.passes(), timeout=15, what="the leader's next pass of the job")
         assert len(dpj.rank_pods(core, namespace, "one")) == 3
         leader_metrics, standby_metrics = first.metrics(), second.metrics()
-        assert _metric(leader_metrics, "dpjob_pods_created_total") == 3
-        assert _metric(standby_metrics, "dpjob_pods_created_total") == 0
-        assert _metric(standby_metrics, "controller_runtime_reconcile_total") == 0
-        assert _metric(leader_metrics, "leader_election_master_status") == 1
-        assert _metric(standby_metrics, "leader_election_master_status") == 0
+        assert metric_sum(leader_metrics, "dpjob_pods_created_total") == 3
+        assert metric_sum(standby_metrics, "dpjob_pods_created_total") == 0
+        assert metric_sum(standby_metrics, RECONCILES) == 0
+        assert metric_sum(leader_metrics, "leader_election_master_status") == 1
+        assert metric_sum(standby_metrics, "leader_election_master_status") == 0
         # sum(dpjob_jobs) over replicas counts the job once: the standby reports zeros.
-        assert _metric(leader_metrics, "dpjob_jobs") == 1 and _metric(standby_metrics, "dpjob_jobs") == 0
+        assert metric_sum(leader_metrics, "dpjob_jobs") == 1 and metric_sum(standby_metrics, "dpjob_jobs") == 0
         assert "controller started" not in second.log_text()
 
         first.stop(sig=9)  # no release: the standby waits for the Lease to expire
@@ -232,7 +224,7 @@ def test_only_the_leader_reconciles_and_a_killed_leaders_jobs_are_taken_over(clu
         st = dpj.wait_phase(api, namespace, "one", "Running")
         assert st["restarts"] == 0, "the new leader restarted a healthy gang"
         assert len(dpj.rank_pods(core, namespace, "one")) == 3
-        assert _metric(second.metrics(), "dpjob_pods_created_total") == 2
+        assert metric_sum(second.metrics(), "dpjob_pods_created_total") == 2
     finally:
         first.stop()
         second.stop()

@@ -38,6 +38,9 @@ from tests.support.paths import REPO
 from tests.support.ports import free_port
 from tests.support.waits import wait_until
 
+# The operator's count of reconcile passes (controller-runtime's name; operator/dpjob_operator/metrics.py).
+RECONCILES = "controller_runtime_reconcile_total"
+
 # operator/dpjob_operator/api/lease.py: LeaseTimings().lease_duration. A dead holder's Lease is
 # taken over this long after it stopped renewing; a released one at the next retry.
 LEASE_DURATION = 10
@@ -77,13 +80,17 @@ class OperatorProcess:
         self._stopping = False
         self._supervisor: threading.Thread | None = None
 
-    def start(self) -> None:
+    def start(self, wait: bool = True) -> None:
+        """Start the process; with ``wait``, return once /healthz answers (and it leads, where it
+        should): a test that starts it while the API server is unreachable waits on its own signal."""
         with self._lock:
             self._stopping = False
             self._spawn()
         if self.supervised and (self._supervisor is None or not self._supervisor.is_alive()):
             self._supervisor = threading.Thread(target=self._supervise, daemon=True, name="operator-supervisor")
             self._supervisor.start()
+        if not wait:
+            return
         wait_until(self._healthy, timeout=60, what="operator /healthz")
         if self.leader_election and self.wait_to_lead:
             self.wait_leading(timeout=LEASE_DURATION + 20)
@@ -197,6 +204,35 @@ class OperatorProcess:
         with urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=5) as r:
             text: str = r.read().decode()
         return text
+
+    def passes(self) -> tuple[int, float]:
+        """(pid, reconcile passes so far) of the running process: a mark for ``wait_passes``."""
+        assert self.proc is not None, "not started"
+        pid = self.proc.pid
+        try:
+            return pid, metric_sum(self.metrics(), RECONCILES)
+        except OSError:  # started again (supervised) and not serving yet: none of its passes made
+            return pid, 0.0
+
+    def wait_passes(self, n: int, mark: tuple[int, float], timeout: float, what: str) -> None:
+        """Until the operator has made ``n`` more reconcile passes since ``mark``: a signal that it
+        has looked at its jobs again, where a test would otherwise wait "long enough" for a wrong
+        view to be acted on. A process started again since ``mark`` counts from its start."""
+        def grown() -> bool:
+            pid, now = self.passes()
+            return now - (mark[1] if pid == mark[0] else 0) >= n
+
+        wait_until(grown, timeout=timeout, interval=0.5, what=f"{n} more reconcile passes ({what})")
+
+
+def metric_sum(text: str, name: str) -> float:
+    """The sum of a metric's samples (every label set) in a /metrics page, read by prometheus_client's
+    own parser. A counter is named without its ``_total``, as the parser names its family."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    family = name.removesuffix("_total")
+    return sum(sample.value for fam in text_string_to_metric_families(text) if fam.name == family
+               for sample in fam.samples if sample.name in (name, family))
 
 
 def _source_pythonpath() -> str:

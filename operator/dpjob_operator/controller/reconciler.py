@@ -157,13 +157,14 @@ class Controller:
     async def stop(self, drain_seconds: float = 5.0) -> None:
         """Fence, and wait a little for the API calls still running, so that a replica taking over
         after us (we release the Lease next) does not overlap with our last writes. The events
-        already decided are sent first (no pass can add more once the workers are cancelled)."""
+        already decided are sent first (no pass can add more once the workers are cancelled).
+        ``drain_seconds=0``: a controller that never worked (its start failed) waits for nothing."""
         for task in self._workers:
             task.cancel()
-        if not await self.recorder.flush(drain_seconds):
+        if drain_seconds > 0 and not await self.recorder.flush(drain_seconds):
             log.warning("events still queued %.0fs after stop; dropping them", drain_seconds)
         self.fence()
-        if not await self.blocking.drain(drain_seconds):
+        if drain_seconds > 0 and not await self.blocking.drain(drain_seconds):
             log.warning("API calls still running %.0fs after stop; not waiting for them", drain_seconds)
         self.job_cache.stop()
         self.pods.stop()
