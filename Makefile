@@ -89,10 +89,10 @@ test-mindspore: ## the MindSpore backend's tests (unit + msrun e2e) with its own
 # cluster run in two streams at once (they share it), and beside them, in the background at a lower CPU
 # priority, every test that needs no cluster: unit tests, local DDP runs, the MindSpore backend's
 # (devcluster/test.sh says why and how). The chaos drills run shorter here (a minute of churn with
-# a failover in its middle, 3 API-server restarts) than in `make chaos` (5 minutes, 5 restarts).
+# a failover in its middle, 2 API-server restarts) than in `make chaos` (5 minutes, 5 restarts).
 test: lint cluster-up binaries kubeflow kueue-binary netpol-binary venv-mindspore ## lint, then every test: unit, integration (real control plane), end-to-end, MindSpore
 	@venv=$(VENV); KUBECONFIG=$(KUBECONFIG_PATH) DPJOB_CHURN_SECONDS=$${DPJOB_CHURN_SECONDS:-60} \
-	  DPJOB_APISERVER_RESTARTS=$${DPJOB_APISERVER_RESTARTS:-3} \
+	  DPJOB_APISERVER_RESTARTS=$${DPJOB_APISERVER_RESTARTS:-2} \
 	  bash devcluster/test.sh "$$venv/bin/python" -m "not mindspore and not bench" --cluster-tests only $(PYTEST_ARGS)
 
 test-bench: cluster-up kubeflow ## the benchmarks' own tests: tiny runs of bench/compare.py, the pod-shape benchmark and the GPU check on CPU (~6 min; not in `make test`)

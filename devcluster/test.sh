@@ -12,6 +12,8 @@
 #     side_stream, kwok-only tests that need nothing but their namespace and an operator. Their jobs
 #     name an operator of their own in spec.managedBy, which the main stream's operators leave alone
 #     (tests/conftest.py, --cluster-stream).
+# Each cluster stream also writes a JUnit XML under .devcluster/logs/ (test-main-stream.xml,
+# test-side-stream.xml): every test's time, setup and teardown included, for finding where the time goes.
 # The tests that need no cluster (unit tests, local DDP runs, the MindSpore backend's) are CPU work;
 # they run in the background at a lower CPU priority (nice), so they mostly take the cores the
 # cluster's tests leave idle. Each background session's output goes to a log; one line says when it
@@ -68,10 +70,12 @@ echo "[test] the tests that need no cluster run in the background (nice $NICE; l
 in_background "the tests that need no cluster" "$local_log" \
   nice -n "$NICE" make --no-print-directory --keep-going test-local test-mindspore
 echo "[test] the cluster's side stream runs in the background (log: ${side_log#"$ROOT"/})"
-in_background "the cluster's side stream" "$side_log" bash devcluster/pytest.sh "$py" "$@" --cluster-stream side
+in_background "the cluster's side stream" "$side_log" bash devcluster/pytest.sh "$py" "$@" --cluster-stream side \
+  --junitxml="$LOGS/test-side-stream.xml"
 trap 'for p in "${pids[@]}"; do kill -- -"$p" 2>/dev/null; done; exit 130' INT TERM
 
-DPJOB_SIDE_STREAM_DONE="$side_log.rc" bash devcluster/pytest.sh "$py" "$@" --cluster-stream main
+DPJOB_SIDE_STREAM_DONE="$side_log.rc" bash devcluster/pytest.sh "$py" "$@" --cluster-stream main \
+  --junitxml="$LOGS/test-main-stream.xml"
 main_rc=$?
 
 wait "${pids[@]}"

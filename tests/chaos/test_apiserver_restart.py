@@ -1,4 +1,4 @@
-"""Chaos drill: kube-apiserver restarted 5 times (3 in ``make test``) while 20 jobs run. Nothing may restart.
+"""Chaos drill: kube-apiserver restarted 5 times (twice in ``make test``) while 20 jobs run. Nothing may restart.
 
 Every restart breaks the operator's job and pod watches (each relists) and its
 Lease renewals; an API-server upgrade or crash does the same in a real cluster. An outage longer
@@ -12,7 +12,6 @@ gangs (uncharged, so nothing else would notice): here every job must keep its po
 from __future__ import annotations
 
 import os
-import time
 
 import pytest
 
@@ -23,7 +22,7 @@ from tests.support.waits import wait_until
 
 pytestmark = pytest.mark.chaos
 
-# ``make test`` restarts the API server 3 times (DPJOB_APISERVER_RESTARTS), ``make chaos`` 5.
+# ``make test`` restarts the API server twice (DPJOB_APISERVER_RESTARTS), ``make chaos`` 5.
 JOBS, RANKS, RESTARTS = 20, 4, int(os.environ.get("DPJOB_APISERVER_RESTARTS", "5"))
 
 
@@ -52,9 +51,12 @@ def test_apiserver_restarts_leave_every_running_gang_alone(api, core, namespace,
         outages.append(devcluster.restart("kube-apiserver"))
         # A leader that cannot renew its Lease for the renew deadline stops and exits, as client-go's
         # leader election does; the shared operator is started again as its pod would be.
-        time.sleep(8)  # let every watch notice, fail and relist; one resync with a fresh view before the next blow
+        # Every watch noticed, failed and relisted, and each job had a pass on the fresh view,
+        # before the next blow.
+        operator.wait_passes(JOBS, operator.passes(), timeout=120, what="every job after an API-server restart")
     operator_restarts = len(operator.exits) - exits_before
-    time.sleep(3 * 5)  # three resync periods of the test operator: time to act on a wrong view
+    # Three passes of every job: time to act on a wrong view, measured by the operator's own count.
+    operator.wait_passes(3 * JOBS, operator.passes(), timeout=120, what="three of every job after the drill")
 
     after = wait_until(lambda: _snapshot(api, core, namespace), timeout=60, what="jobs readable again")
     assert after == before, {k: (before[k], after[k]) for k in before if before[k] != after[k]}

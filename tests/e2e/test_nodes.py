@@ -21,7 +21,7 @@ from kubernetes import client
 from devcluster import netpol, node_changes, stack
 from devcluster.real_nodes import node_ready
 from devcluster.realnode import TOLERATION
-from devcluster.workloads import trainer_image
+from devcluster.workloads import trainer_image, trainer_mindspore_image
 from tests.support import cluster as dpj
 from tests.support.cluster import lease_holder
 from tests.support.operator import dev_lease
@@ -41,9 +41,10 @@ def two_nodes(cluster, api) -> Iterator[list[str]]:
         pytest.fail("the cluster has no real node (DPJOB_REAL_NODES=0): unset it and run `make cluster-down test`")
     node_changes.add_node(1)
     netpol.install()
-    # A new node pulls the multi-GB trainer image on its first pod: ranks on the other node would
-    # wait for it past their rendezvous timeout. Pull it first, as an image pre-puller would.
-    prepull(client.CoreV1Api(api), SECOND, trainer_image())
+    # A new node pulls the multi-GB trainer images on its first pod: ranks on the other node would
+    # wait for it past their rendezvous timeout. Pull them first, as an image pre-puller would, both
+    # at once (the kubelet pulls in parallel: serializeImagePulls is off).
+    prepull(client.CoreV1Api(api), SECOND, trainer_image(), trainer_mindspore_image())
     yield ["real-0", SECOND]
     netpol.uninstall()
     node_changes.remove_node(1)
@@ -68,20 +69,26 @@ def scraped_operator(_operator_process, tmp_path_factory) -> Iterator[None]:
     _operator_process.restart_if_running()
 
 
-def prepull(core, node: str, image: str, namespace: str = "default") -> None:
-    """Run a no-op container of ``image`` on ``node`` to its end: the node then holds the image."""
-    name = f"prepull-{abs(hash((node, image))) % 10**8}"
-    core.create_namespaced_pod(namespace, {
-        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
-        "spec": {"restartPolicy": "Never", "nodeName": node, "tolerations": [dict(TOLERATION)],
-                 "automountServiceAccountToken": False,
-                 "containers": [{"name": "pull", "image": image, "command": ["python", "-c", "pass"],
-                                 "imagePullPolicy": "IfNotPresent"}]}})
+def prepull(core, node: str, *images: str, namespace: str = "default") -> None:
+    """Run a no-op container of each image on ``node`` to its end, all at once: the node then holds
+    every one of them."""
+    names = []
+    for image in images:
+        name = f"prepull-{abs(hash((node, image))) % 10**8}"
+        core.create_namespaced_pod(namespace, {
+            "apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
+            "spec": {"restartPolicy": "Never", "nodeName": node, "tolerations": [dict(TOLERATION)],
+                     "automountServiceAccountToken": False,
+                     "containers": [{"name": "pull", "image": image, "command": ["python", "-c", "pass"],
+                                     "imagePullPolicy": "IfNotPresent"}]}})
+        names.append(name)
     try:
-        wait_until(lambda: core.read_namespaced_pod(name, namespace).status.phase in ("Succeeded", "Failed"),
-                   timeout=900, interval=1, what=f"{image} pulled on {node}")
+        for name, image in zip(names, images, strict=True):
+            wait_until(lambda n=name: core.read_namespaced_pod(n, namespace).status.phase in ("Succeeded", "Failed"),
+                       timeout=900, interval=1, what=f"{image} pulled on {node}")
     finally:
-        core.delete_namespaced_pod(name, namespace, grace_period_seconds=0)
+        for name in names:
+            core.delete_namespaced_pod(name, namespace, grace_period_seconds=0)
 
 
 def spread(job: dict, hard: bool = True) -> dict:
@@ -330,8 +337,7 @@ def test_mindspore_ranks_on_two_nodes_train_together_through_one_scheduler(api, 
     """examples/mindspore-cpu.yaml with one rank per node: rank pod 0's msrun hosts the scheduler,
     the worker on the other node reaches it over the pod network, and both end identical."""
     doc = spread(stack.run_on_real_node(yaml.safe_load((EXAMPLES / "mindspore-cpu.yaml").read_text())))
-    doc["spec"]["template"]["spec"]["containers"][0]["image"] = image = stack.trainer_mindspore_image()
-    prepull(core, SECOND, image)
+    doc["spec"]["template"]["spec"]["containers"][0]["image"] = stack.trainer_mindspore_image()  # on both nodes
     name = doc["metadata"]["name"]
     dpj.create(api, namespace, doc)
     st = dpj.wait_phase(api, namespace, name, "Succeeded", timeout=420)
