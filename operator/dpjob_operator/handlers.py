@@ -18,6 +18,7 @@ import os
 import threading
 from dataclasses import dataclass
 from typing import Any
+from wsgiref.simple_server import WSGIServer
 
 import kopf
 
@@ -44,7 +45,7 @@ class Runtime:
     controller: Controller | None = None
     elector: LeaderElector | None = None
     exit_code: int = 0
-    metrics_server: Any = None  # started once per process: a retried startup must not bind again
+    metrics_server: WSGIServer | None = None  # started once per process: a retried startup must not bind again
 
 
 runtime = Runtime()

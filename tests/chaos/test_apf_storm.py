@@ -11,7 +11,6 @@ Retry-After and backs off per job instead of hammering.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -22,7 +21,7 @@ from tests.support import cluster as dpj
 from tests.support.builders import JobBuilder
 from tests.support.cluster import kubectl
 from tests.support.helm import render, service_account_kubeconfig
-from tests.support.operator import OperatorProcess
+from tests.support.operator import OperatorProcess, metric_sum
 from tests.support.paths import DEVCLUSTER
 
 pytestmark = pytest.mark.chaos
@@ -58,11 +57,7 @@ def _apf_objects(namespace: str, sa: str) -> list[dict]:
 
 def _rejected(metrics: str) -> float:
     """The API server's count of requests it refused at our priority level."""
-    total = 0.0
-    for line in metrics.splitlines():
-        if line.startswith("apiserver_flowcontrol_rejected_requests_total") and f'priority_level="{LEVEL}"' in line:
-            total += float(line.rsplit(" ", 1)[1])
-    return total
+    return metric_sum(metrics, "apiserver_flowcontrol_rejected_requests_total", priority_level=LEVEL)
 
 
 @pytest.fixture()
@@ -95,8 +90,8 @@ def test_a_429_storm_converges_with_bounded_retries(api, core, namespace, thrott
         assert sorted(p.metadata.name for p in pods) == sorted(f"storm-{i}-rank-{r}" for r in range(RANKS))
     rejected = _rejected(kubectl("get", "--raw", "/metrics").stdout) - rejected_before
     ours = throttled_operator.metrics()
-    throttled = sum(float(m) for m in re.findall(r'rest_client_requests_total\{code="429"[^}]*\} ([0-9.e+]+)', ours))
-    created = sum(float(m) for m in re.findall(r"^dpjob_pods_created_total ([0-9.e+]+)", ours, re.M))
+    throttled = metric_sum(ours, "rest_client_requests_total", code="429")
+    created = metric_sum(ours, "dpjob_pods_created_total")
     print(f"APF rejected {rejected:.0f} requests; the operator saw {throttled:.0f} 429s; created {created:.0f} pods")
     assert rejected > 0 and throttled > 0, "no storm: the priority level never rejected the operator"
     assert created == JOBS * RANKS, "every rank created exactly once"

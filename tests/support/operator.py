@@ -225,14 +225,16 @@ class OperatorProcess:
         wait_until(grown, timeout=timeout, interval=0.5, what=f"{n} more reconcile passes ({what})")
 
 
-def metric_sum(text: str, name: str) -> float:
-    """The sum of a metric's samples (every label set) in a /metrics page, read by prometheus_client's
-    own parser. A counter is named without its ``_total``, as the parser names its family."""
+def metric_sum(text: str, name: str, **labels: str) -> float:
+    """The sum of a metric's samples in a /metrics page, over every label set that has ``labels``,
+    read by prometheus_client's own parser. A counter is named without its ``_total``, as the
+    parser names its family."""
     from prometheus_client.parser import text_string_to_metric_families
 
     family = name.removesuffix("_total")
     return sum(sample.value for fam in text_string_to_metric_families(text) if fam.name == family
-               for sample in fam.samples if sample.name in (name, family))
+               for sample in fam.samples
+               if sample.name in (name, family) and labels.items() <= sample.labels.items())
 
 
 def _source_pythonpath() -> str:
