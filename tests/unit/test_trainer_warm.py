@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -19,7 +18,8 @@ import pytest
 from dpjob_trainer.handshake import GangMovedOn, WarmCause, blame, gather, join, order
 from dpjob_trainer.warm import Supervisor, WarmPolicy, exit_code, parse_exits, warm_policy
 from tests.support.paths import REPO
-from tests.support.waits import wait_until
+from tests.support.ports import free_port
+from tests.support.waits import TimedOut, wait_until
 
 pytestmark = pytest.mark.unit
 
@@ -154,10 +154,21 @@ def test_generations_order_by_pod_generation_then_warm_restarts():
     assert order("1.0") > order("0.5") > order("0.1") > order("0.0")
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+def _wait_for_a_checkpoint(procs: list[subprocess.Popen], ckpt: Path, errs: list[Path]) -> None:
+    """Two torch imports at nice 10 beside the cluster's tests can take a minute or more: the
+    deadline is generous, and a rank that ends before the checkpoint fails the test at once. Either
+    failure shows the ranks' stderr."""
+    try:
+        wait_until(lambda: any(p.poll() is not None for p in procs) or (ckpt.exists() and any(ckpt.iterdir())),
+                   timeout=300, interval=0.1, what="a checkpoint")
+    except TimedOut as e:
+        raise AssertionError(f"{e}\n{_tails(errs)}") from None
+    assert all(p.poll() is None for p in procs), f"a rank ended before its first checkpoint:\n{_tails(errs)}"
+
+
+def _tails(paths: list[Path]) -> str:
+    """The end of each rank's stderr, for a failure message."""
+    return "\n".join(f"--- {path.name}:\n{path.read_text()[-2000:]}" for path in paths if path.exists())
 
 
 def _children(pid: int) -> list[int]:
@@ -170,7 +181,7 @@ def test_two_ranks_lose_a_training_process_restart_warm_and_finish_identical(tmp
     forks a new one, rank 0's loses its peer and is restarted warm too, and the gang resumes from
     the checkpoint and ends with identical parameters. Neither supervisor (the container's process)
     ends until the work is done."""
-    master, metrics = _free_port(), _free_port()
+    master, metrics = free_port(), free_port()
     env = {**os.environ, "PYTHONPATH": str(REPO / "trainer-image"), "WORLD_SIZE": "2", "LOCAL_WORLD_SIZE": "2",
            "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(master), "DPJOB_BACKEND": "gloo",
            "DPJOB_WARM_RESTARTS": "2", "DPJOB_WARM_RESTART_EXITS": "75,128-255", "OMP_NUM_THREADS": "1",
@@ -178,20 +189,26 @@ def test_two_ranks_lose_a_training_process_restart_warm_and_finish_identical(tmp
     (tmp_path / "termination-log").touch()
     args = ["--task", "mlp", "--steps", "400", "--checkpoint-every", "20", "--checkpoint-dir", str(tmp_path / "ckpt"),
             "--report", str(tmp_path / "report"), "--log-every", "20", "--metrics-port", str(metrics)]
-    procs = [subprocess.Popen([sys.executable, "-m", "dpjob_trainer", *args],
-                              env={**env, "RANK": str(r), "LOCAL_RANK": str(r)},
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for r in (0, 1)]
+    out_paths, err_paths = [tmp_path / f"rank{r}.out" for r in (0, 1)], [tmp_path / f"rank{r}.err" for r in (0, 1)]
+    procs = []
+    for r in (0, 1):
+        with out_paths[r].open("w") as out, err_paths[r].open("w") as err:
+            procs.append(subprocess.Popen([sys.executable, "-m", "dpjob_trainer", *args],
+                                          env={**env, "RANK": str(r), "LOCAL_RANK": str(r)}, stdout=out, stderr=err))
     try:
-        wait_until(lambda: (tmp_path / "ckpt").exists() and any((tmp_path / "ckpt").iterdir()), timeout=120,
-                   interval=0.1, what="a checkpoint")
+        _wait_for_a_checkpoint(procs, tmp_path / "ckpt", err_paths)
         (worker,) = wait_until(lambda: _children(procs[1].pid), timeout=60, what="rank 1's training process")
         killed_at = time.time()
         os.kill(worker, signal.SIGKILL)
-        outs = [p.communicate(timeout=180) for p in procs]
+        for p in procs:
+            p.wait(timeout=180)
+    except subprocess.TimeoutExpired as e:
+        raise AssertionError(f"{e}\n{_tails(err_paths)}") from None
     finally:
         for p in procs:
             p.kill()
-    assert [p.returncode for p in procs] == [0, 0], [err[-2000:] for _, err in outs]
+    outs = [(out.read_text(), err.read_text()) for out, err in zip(out_paths, err_paths, strict=True)]
+    assert [p.returncode for p in procs] == [0, 0], _tails(err_paths)
     events = [[json.loads(line) for line in out.splitlines() if line.startswith("{")] for out, _ in outs]
     starts = [[e for e in ev if e["event"] == "start"] for ev in events]
     assert [[s["warm_restart"] for s in st] for st in starts] == [[0, 1], [0, 1]], starts
@@ -213,7 +230,7 @@ def test_a_killed_supervisor_takes_its_training_process_with_it(tmp_path):
     env = {**os.environ, "PYTHONPATH": str(REPO / "trainer-image"), "DPJOB_WARM_RESTARTS": "1",
            "DPJOB_BACKEND": "gloo", "OMP_NUM_THREADS": "1"}
     sup = subprocess.Popen([sys.executable, "-m", "dpjob_trainer", "--task", "mlp", "--steps", "100000",
-                            "--log-every", "0", "--metrics-port", str(_free_port())], env=env,
+                            "--log-every", "0", "--metrics-port", str(free_port())], env=env,
                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         (worker,) = wait_until(lambda: _children(sup.pid), timeout=60, what="the training process")
